@@ -1,0 +1,19 @@
+"""specdec_core: speculative and parallel decoding on Hugging Face causal LMs, readable and exact.
+
+    import specdec_core as sd
+    pair = sd.load_pair("smollm2-135m")
+    res = sd.generate(pair.target, ids, drafter=pair.drafter, method="linear", k=4)
+
+Notation: p = target law, q = draft law.
+"""
+from . import sampling, verify
+from .decode import METHODS, generate
+from .drafters import Draft, Drafter, ModelDrafter, NGramDrafter
+from .kvcache import KVCache
+from .models import CorruptModelCache, Pair, load_pair, toy_pair
+from .sampling import SamplingParams, process_logits
+from .stats import Result
+
+__all__ = ["generate", "load_pair", "toy_pair", "Pair", "Result", "KVCache", "Drafter", "Draft",
+           "ModelDrafter", "NGramDrafter", "SamplingParams", "process_logits", "sampling", "verify",
+           "CorruptModelCache", "METHODS"]

