@@ -1,0 +1,195 @@
+"""The shipped evaluation mix and its loader (specdec_core.prompts)."""
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_core.prompts import (DEFAULT_PATH, LONG_CHARS, MT_CATEGORIES, TASKS, Prompt, encode, length_of,
+                                  load_prompts)
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC_BENCH_SAMPLE = Path(__file__).parent / "data" / "spec_bench_question_sample.jsonl"
+TRAIN = ROOT / "data" / "prompts" / "train.jsonl"
+TOKENIZER_DIR = ROOT / "data" / "models" / "smollm2-135m"
+
+
+@pytest.fixture(scope="module")
+def mix():
+    return load_prompts()
+
+
+# -- the shipped mix --------------------------------------------------------------------------
+def test_every_task_has_ten_prompts_short_and_long(mix):
+    per_task = Counter(p.task for p in mix)
+    assert set(per_task) == set(TASKS)
+    for task in TASKS:
+        assert per_task[task] >= 10, f"{task}: only {per_task[task]} prompts"
+        assert {p.length for p in mix if p.task == task} == {"short", "long"}, task
+
+
+def test_ids_unique(mix):
+    ids = [p.id for p in mix]
+    assert len(ids) == len(set(ids))
+
+
+def test_multi_turn_covers_every_category(mix):
+    cats = Counter(p.category for p in mix if p.task == "multi_turn")
+    assert set(cats) == set(MT_CATEGORIES)
+    assert min(cats.values()) >= 2, cats
+
+
+def test_fields_consistent(mix):
+    for p in mix:
+        if p.task != "multi_turn":
+            assert p.category == p.task, p.id
+        assert p.length == length_of(p.text), f"{p.id}: length label disagrees with the {LONG_CHARS}-char rule"
+        assert p.text == p.text.strip(), p.id
+
+
+def test_summarization_sources_are_passages(mix):
+    long_words = [len(p.text.split()) for p in mix if p.task == "summarization" and p.length == "long"]
+    assert long_words and all(150 <= n <= 400 for n in long_words), long_words
+
+
+def test_selection_and_per_task_are_deterministic(mix):
+    sel = load_prompts(tasks=["qa", "rag"], per_task=3)
+    assert [p.id for p in sel] == [p.id for p in mix if p.task == "qa"][:3] + [p.id for p in mix if p.task == "rag"][:3]
+    assert [p.id for p in sel] == [p.id for p in load_prompts(tasks=("qa", "rag"), per_task=3)]
+    coding = load_prompts(categories="coding")
+    assert coding and all(p.category == "coding" and p.task == "multi_turn" for p in coding)
+
+
+# -- the Spec-Bench reader ----------------------------------------------------------------------
+def test_spec_bench_reader():
+    ps = load_prompts(SPEC_BENCH_SAMPLE)
+    assert len(ps) == 13
+    assert all(isinstance(p, Prompt) for p in ps)
+    assert {p.task for p in ps} == set(TASKS)
+    by_cat = {p.category: p for p in ps}
+    assert all(by_cat[c].task == "multi_turn" for c in MT_CATEGORIES)
+    assert by_cat["math_reasoning"].task == "math_reasoning" and by_cat["rag"].task == "rag"
+    assert by_cat["writing"].id == "1" and len(by_cat["writing"].turns) == 2
+    assert by_cat["summarization"].length == "long" and by_cat["qa"].length == "short"
+    assert [p.id for p in load_prompts(SPEC_BENCH_SAMPLE, tasks="multi_turn", per_task=2)] == ["1", "2"]
+
+
+# -- errors -------------------------------------------------------------------------------------
+def _write(tmp_path, lines):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+GOOD = json.dumps({"id": "a", "task": "qa", "category": "qa", "turns": ["What is 2 + 2?"], "length": "short"})
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = _write(tmp_path, [GOOD, '{"id": "b", "task": "qa",'])
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2") + ".*not valid JSON"):
+        load_prompts(path)
+    path = _write(tmp_path, [GOOD, json.dumps({"id": "b", "task": "qa", "category": "qa", "turns": [],
+                                               "length": "short"})])
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2") + ".*turns"):
+        load_prompts(path)
+
+
+def test_unknown_task(tmp_path):
+    bad = json.dumps({"id": "b", "task": "poetry", "category": "poetry", "turns": ["Hi"], "length": "short"})
+    path = _write(tmp_path, [GOOD, bad])
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2") + ".*unknown task 'poetry'"):
+        load_prompts(path)
+    with pytest.raises(ValueError, match="unknown task"):
+        load_prompts(tasks=["poetry"])
+    bad_sb = json.dumps({"question_id": 7, "category": "poetry", "turns": ["Hi"]})
+    with pytest.raises(ValueError, match="unknown Spec-Bench category 'poetry'"):
+        load_prompts(_write(tmp_path, [bad_sb]))
+
+
+def test_empty_selection_and_duplicates(tmp_path):
+    path = _write(tmp_path, [GOOD])
+    with pytest.raises(ValueError, match="no prompts match"):
+        load_prompts(path, tasks=["rag"])
+    with pytest.raises(ValueError, match="duplicate id 'a'"):
+        load_prompts(_write(tmp_path, [GOOD, GOOD]))
+
+
+# -- encoding -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer():
+    if not TOKENIZER_DIR.exists():
+        from specdec_core.models import embedded_path
+
+        try:
+            embedded_path()
+        except RuntimeError as e:  # the GGUF package is not installed
+            pytest.skip(str(e))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+
+
+def test_encode_under_600_tokens(mix, tokenizer):
+    lengths = {}
+    for p in mix:
+        ids = encode(tokenizer, p)
+        assert ids.dtype == torch.long and ids.dim() == 1
+        lengths[p.id] = len(ids)
+    assert max(lengths.values()) < 600, max(lengths.items(), key=lambda kv: kv[1])
+    p = mix[0]
+    text = tokenizer.decode(encode(tokenizer, p))
+    assert p.turns[0] in text and (len(p.turns) < 2 or p.turns[1] not in text)  # first turn only
+    assert text.rstrip().endswith("assistant")  # generation prompt appended
+
+
+def test_encode_with_pair_matches_tokenizer(tokenizer):
+    from specdec_core.models import Pair
+
+    p = load_prompts(tasks="qa", per_task=1)[0]
+    assert torch.equal(encode(Pair(target=None, tokenizer=tokenizer), p), encode(tokenizer, p))
+
+
+# -- no leakage into the draft-training prompts ---------------------------------------------------
+def _train_texts(path: Path) -> list[str]:
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        if isinstance(obj, str):
+            texts.append(obj)
+        elif "turns" in obj:
+            texts.extend(t for t in obj["turns"] if isinstance(t, str))
+        elif "messages" in obj:
+            texts.extend(m.get("content", "") for m in obj["messages"] if isinstance(m, dict))
+        else:
+            texts.extend(obj[k] for k in ("prompt", "text", "instruction", "question") if isinstance(obj.get(k), str))
+    return texts
+
+
+def _shingles(text: str, n: int = 8) -> set:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+@pytest.mark.skipif(not TRAIN.exists(), reason="data/prompts/train.jsonl not built")
+def test_no_eval_prompt_in_train_set(mix):
+    train = _train_texts(TRAIN)
+    assert train, f"{TRAIN}: no prompt texts found"
+    exact = {t.strip().lower() for t in train}
+    index: dict = {}  # shingle -> train indices
+    train_sh = [_shingles(t) for t in train]
+    for i, sh in enumerate(train_sh):
+        for s in sh:
+            index.setdefault(s, set()).add(i)
+    for p in mix:
+        assert p.text.strip().lower() not in exact, f"{p.id} appears verbatim in {TRAIN}"
+        sh = _shingles(p.text)
+        if not sh:
+            continue
+        hits = Counter(i for s in sh for i in index.get(s, ()))
+        for i, shared in hits.items():
+            overlap = shared / min(len(sh), len(train_sh[i]))
+            assert overlap < 0.5, f"{p.id} shares {overlap:.0%} of its 8-word shingles with train prompt #{i}"
