@@ -200,7 +200,7 @@ def _toy_llama(vocab_size: int, seed: int, n_layers: int, dtype) -> torch.nn.Mod
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                       tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
                       attn_implementation="sdpa")
     torch.manual_seed(seed)

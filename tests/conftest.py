@@ -1,0 +1,33 @@
+"""Shared fixtures. Toy pairs are float64 and tiny; the embedded model loads once per session."""
+import pytest
+import torch
+
+import specdec_core as sd
+
+
+@pytest.fixture(scope="session")
+def toy():
+    return sd.toy_pair(vocab_size=8, seed=0)
+
+
+@pytest.fixture(scope="session")
+def toy16():
+    return sd.toy_pair(vocab_size=16, seed=1)
+
+
+@pytest.fixture(scope="session")
+def smol():
+    return sd.load_pair("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smol_prompt(smol):
+    return smol.encode_chat("Give me three tips for writing clear Python code.")
+
+
+def top2_gap(logits: torch.Tensor) -> float:
+    top = torch.topk(logits.double(), 2).values
+    return float(top[0] - top[1])
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

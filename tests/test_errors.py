@@ -1,0 +1,96 @@
+"""Bad input gets a clear error naming the problem."""
+import json
+
+import pytest
+import torch
+
+import specdec_core as sd
+from specdec_core import models
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(top_k=-2), "top_k"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(k=0, method="linear"), "k must"),
+    (dict(method="beam"), "unknown method"),
+    (dict(method="linear"), "needs a drafter"),
+])
+def test_bad_generate_arguments(toy, kw, match):
+    with pytest.raises(ValueError, match=match):
+        sd.generate(toy.target, [1, 2], **kw)
+
+
+def test_empty_prompt(toy):
+    with pytest.raises(ValueError, match="empty prompt"):
+        sd.generate(toy.target, [])
+
+
+def test_prompt_ids_outside_vocabulary(toy):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        sd.generate(toy.target, [1, 99])
+
+
+def test_prompt_longer_than_cache(toy):
+    with pytest.raises(ValueError, match="longer than the KV cache"):
+        sd.generate(toy.target, list(range(8)) * 4, cache_len=16)
+    with pytest.raises(ValueError, match="exceed the KV cache"):
+        sd.generate(toy.target, [1, 2, 3], max_new_tokens=20, cache_len=16)
+    with pytest.raises(ValueError, match="positions"):
+        sd.generate(toy.target, [1, 2, 3], max_new_tokens=2100)  # toy max_position_embeddings = 2048
+
+
+def test_unknown_model_name():
+    with pytest.raises(ValueError, match="unknown model 'smollm-9000'"):
+        sd.load_pair("smollm-9000")
+
+
+def test_vocabulary_mismatch(toy):
+    other = sd.toy_pair(vocab_size=16, seed=0)
+    with pytest.raises(ValueError, match="tokenizer mismatch"):
+        sd.generate(toy.target, [1, 2], drafter=other.drafters["model"], method="linear")
+    with pytest.raises(ValueError, match="tokenizer mismatch"):
+        models.check_same_vocab(toy.target, other.target)
+
+
+def test_corrupt_model_cache(tmp_path):
+    good = tmp_path / "m"
+    good.mkdir()
+    (good / "weights.bin").write_bytes(b"\x00" * 1024)
+    (good / "config.json").write_text("{}")
+    models.write_manifest(good)
+    models.verify_cache(good)  # intact: no error
+    (good / "weights.bin").write_bytes(b"\x01" * 1024)
+    with pytest.raises(models.CorruptModelCache, match="weights.bin fails its SHA-256"):
+        models.verify_cache(good)
+    (good / "config.json").unlink()
+    with pytest.raises(models.CorruptModelCache, match="config.json is missing"):
+        models.verify_cache(good)
+    partial = tmp_path / "p"
+    partial.mkdir()
+    with pytest.raises(models.CorruptModelCache, match="partial"):
+        models.verify_cache(partial)
+
+
+@pytest.mark.slow
+def test_corrupt_embedded_cache_is_rebuilt_or_refused(monkeypatch, tmp_path):
+    """A damaged cache of the embedded model is never loaded: refused with rebuild=False, else rebuilt."""
+    src = models.embedded_path()
+    fake_root = tmp_path / "models"
+    dest = fake_root / "smollm2-135m"
+    dest.mkdir(parents=True)
+    for f in src.iterdir():  # cheap copy: link the big file, copy the small ones
+        (dest / f.name).symlink_to(f) if f.stat().st_size > 1 << 20 else (dest / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg["num_hidden_layers"] = 2  # a corrupt config would load a silently wrong model
+    (dest / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(models, "MODELS_DIR", fake_root)
+    with pytest.raises(models.CorruptModelCache, match="config.json fails its SHA-256"):
+        models.embedded_path(rebuild=False)
+    calls = []
+    monkeypatch.setattr(models, "_convert_embedded", lambda name, d: calls.append(d))
+    with pytest.warns(UserWarning, match="rebuilding"):
+        models.embedded_path()
+    assert calls == [dest]
