@@ -6,7 +6,7 @@
 
 Notation: p = target law, q = draft law.
 """
-from . import sampling, verify
+from . import prompts, sampling, verify
 from .decode import METHODS, generate
 from .drafters import Draft, Drafter, ModelDrafter, NGramDrafter
 from .kvcache import KVCache

@@ -1,0 +1,101 @@
+"""Side-by-side timing: every method on the same prompts, interleaved, in one run.
+
+Protocol (what every benchmark in the book uses):
+
+1. warm-up: each runner decodes the first prompt ``warmup`` times, untimed;
+2. for each repeat, for each prompt, run every runner once, rotating the runner order per prompt so no
+   runner always goes first; CUDA is synchronized around each timed call;
+3. report per-call tokens/s, and *paired* ratios against a baseline runner (same prompt, same repeat),
+   summarized by median and interquartile range.
+
+Absolute times are never compared across runs, only ratios within one.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+Runner = Callable[[torch.Tensor], dict]  # prompt ids -> {"tokens": list[int], ...extra stats}
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.Tensor]], repeats: int = 3,
+                    warmup: int = 2, progress: bool = True) -> pd.DataFrame:
+    """Time every runner on every ``(meta, ids)`` prompt. Returns one row per call."""
+    names = list(runners)
+    for _ in range(warmup):
+        for name in names:
+            runners[name](prompts[0][1])
+    rows = []
+    total = repeats * len(prompts) * len(names)
+    bar = tqdm(total=total, desc="benchmark", disable=not progress)
+    for rep in range(repeats):
+        for i, (meta, ids) in enumerate(prompts):
+            order = names[(i + rep) % len(names):] + names[: (i + rep) % len(names)]
+            for name in order:
+                _sync()
+                t = time.perf_counter()
+                out = runners[name](ids)
+                _sync()
+                dt = time.perf_counter() - t
+                n = len(out["tokens"])
+                extra = {k: v for k, v in out.items() if k != "tokens" and not isinstance(v, (list, dict))}
+                rows.append(dict(meta, runner=name, repeat=rep, new_tokens=n, seconds=dt,
+                                 tokens_per_s=n / dt, **extra))
+                bar.update()
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def paired_ratios(df: pd.DataFrame, baseline: str, by: list[str] | None = None) -> pd.DataFrame:
+    """tokens/s of each runner ÷ the baseline's on the same prompt and repeat; median, IQR, n per group."""
+    key = ["id", "repeat"]
+    base = df[df.runner == baseline].set_index(key)["tokens_per_s"]
+    d = df[df.runner != baseline].copy()
+    d["ratio"] = d.tokens_per_s.values / base.loc[list(zip(d["id"], d["repeat"]))].values
+    groups = ["runner"] + (by or [])
+    q = d.groupby(groups)["ratio"]
+    return pd.DataFrame({"median": q.median(), "q25": q.quantile(0.25), "q75": q.quantile(0.75),
+                         "n": q.size()}).reset_index()
+
+
+def per_token_latency(token_times: list[float]) -> np.ndarray:
+    """Amortized per-token latency (ms): a pass that took Δ and revealed m tokens gives each Δ / m.
+
+    The first token's latency is the time to first token (prefill included).
+    """
+    t = np.asarray(token_times, dtype=float)
+    if t.size == 0:
+        return t
+    arrivals, counts = np.unique(t, return_counts=True)
+    gaps = np.diff(np.concatenate([[0.0], arrivals])) * 1e3
+    return np.repeat(gaps / counts, counts)
+
+
+def latency_percentiles(token_times: list[float]) -> dict:
+    """p50/p95/p99 of :func:`per_token_latency` over decode tokens (the first token, TTFT, reported apart)."""
+    lat = per_token_latency(token_times)
+    out = {"ttft_ms": float(lat[0]) if lat.size else float("nan")}
+    rest = lat[1:] if lat.size > 1 else lat
+    out.update({f"p{p}_ms": float(np.percentile(rest, p)) for p in (50, 95, 99)})
+    return out
+
+
+def write_jsonl(df: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for rec in df.to_dict(orient="records"):
+            f.write(json.dumps(rec, default=float) + "\n")
+    return path
