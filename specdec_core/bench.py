@@ -99,3 +99,56 @@ def write_jsonl(df: pd.DataFrame, path: str | Path) -> Path:
         for rec in df.to_dict(orient="records"):
             f.write(json.dumps(rec, default=float) + "\n")
     return path
+
+
+def time_passes(fns: dict[str, Callable[[], None]], repeats: int = 15, warmup: int = 3) -> pd.DataFrame:
+    """Time zero-argument callables interleaved (rotating order), ``repeats`` rounds. One row per call (ms)."""
+    names = list(fns)
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    rows = []
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            _sync()
+            t = time.perf_counter()
+            fns[name]()
+            _sync()
+            rows.append({"pass": name, "repeat": r, "ms": (time.perf_counter() - t) * 1e3})
+    return pd.DataFrame(rows)
+
+
+def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats: int = 15) -> dict:
+    """Measure, side by side, one target pass over 1 token, over K + 1 tokens, and one draft pass over 1 token
+    at the context of ``ids``. Returns medians (ms) and ``c`` = draft / target(1), ``verify_ratio[K]``."""
+    from .lm import CachedLM
+
+    cap = ids.numel() + max(ks) + 2
+    t_lm = CachedLM(target, cap)
+    t_lm.forward(ids)
+    fns = {}
+
+    def target_pass(n):
+        def f():
+            t_lm.forward(torch.ones(n, dtype=torch.long), last_only=False)
+            t_lm.cache.rollback(n)
+        return f
+
+    for n in sorted({1, *[k + 1 for k in ks]}):
+        fns[f"target[{n}]"] = target_pass(n)
+    if draft_model is not None:
+        d_lm = CachedLM(draft_model, cap)
+        d_lm.forward(ids)
+
+        def draft_pass():
+            d_lm.forward(torch.ones(1, dtype=torch.long), last_only=True)
+            d_lm.cache.rollback(1)
+        fns["draft[1]"] = draft_pass
+    df = time_passes(fns, repeats=repeats)
+    med = df.groupby("pass").ms.median()
+    out = {"ms": med.to_dict(), "spread_ms": (df.groupby("pass").ms.quantile(0.75)
+                                              - df.groupby("pass").ms.quantile(0.25)).to_dict()}
+    t1 = med["target[1]"]
+    out["c"] = float(med["draft[1]"] / t1) if draft_model is not None else float("nan")
+    out["verify_ratio"] = {k: float(med[f"target[{k + 1}]"] / t1) for k in ks}
+    return out

@@ -1,0 +1,71 @@
+"""transformers' own decoders as benchmark peers: plain ``generate``, assisted generation, prompt lookup.
+
+Each factory returns a runner for :func:`specdec_core.bench.run_interleaved` (ids → {"tokens": [...]}).
+Settings mirror ours: same K (constant schedule, no confidence cut-off), same EOS, same sampling knobs.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .decode import eos_ids
+
+
+def _kwargs(target, temperature: float, top_k: int, top_p: float, max_new_tokens: int) -> dict:
+    eos = sorted(eos_ids(target))
+    kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+    if temperature == 0:
+        kw.update(do_sample=False)
+    else:  # transformers' defaults (top_k=50) would change the law: set every knob
+        kw.update(do_sample=True, temperature=temperature, top_k=top_k or None, top_p=top_p)
+    return kw
+
+
+def hf_runner(target, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+              seed: int = 0, **generate_kwargs):
+    kw = _kwargs(target, temperature, top_k, top_p, max_new_tokens) | generate_kwargs
+
+    @torch.inference_mode()
+    def run(ids):
+        torch.manual_seed(seed)
+        x = ids.view(1, -1).to(next(target.parameters()).device)
+        out = target.generate(x, attention_mask=torch.ones_like(x), **kw)
+        return {"tokens": out[0, x.shape[1]:].tolist()}
+
+    return run
+
+
+def hf_assistant(draft, target):
+    """A transformers ``LlamaForCausalLM`` equivalent of a :class:`~specdec_core.draft_model.DraftModel`.
+
+    Same trunk weights, the target's embedding, and the *full-vocabulary* tied head: transformers cannot
+    run a reduced-vocabulary draft as an assistant, so this is the closest runnable equivalent (its draft
+    pass pays for the full 49k-row head, and its argmax may pick a token outside our draft vocabulary).
+    """
+    from transformers import LlamaForCausalLM
+
+    cfg = copy.deepcopy(draft.config)
+    cfg.tie_word_embeddings = True
+    m = LlamaForCausalLM(cfg)
+    m.model.layers.load_state_dict(draft.trunk.layers.state_dict())
+    m.model.norm.load_state_dict(draft.trunk.norm.state_dict())
+    m.model.embed_tokens = target.get_input_embeddings()
+    m.lm_head.weight = target.get_input_embeddings().weight
+    p = next(target.parameters())
+    m = m.to(device=p.device, dtype=p.dtype).eval()
+    m.generation_config = copy.deepcopy(target.generation_config)
+    return m
+
+
+def assisted_runner(target, assistant, k: int, max_new_tokens: int, temperature: float = 0.0,
+                    top_k: int = 0, top_p: float = 1.0, seed: int = 0):
+    """transformers' assisted generation with a constant K draft tokens and no confidence cut-off."""
+    assistant.generation_config.num_assistant_tokens = k
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.assistant_confidence_threshold = 0.0
+    return hf_runner(target, max_new_tokens, temperature, top_k, top_p, seed, assistant_model=assistant)
+
+
+def prompt_lookup_runner(target, k: int, max_new_tokens: int, max_ngram: int = 3, **kw):
+    return hf_runner(target, max_new_tokens, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram, **kw)
