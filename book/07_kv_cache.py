@@ -1,0 +1,371 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 7 · The KV cache: memory, rollback, trees, and a run of rejections
+#
+# Every pass reads the keys and values of all earlier positions from the KV cache. Speculative decoding
+# asks more of the cache than plain decoding: a verification pass writes k drafted positions, and
+# the rejected ones must disappear; a tree pass writes a whole tree and keeps one path. The book's
+# `specdec_core.KVCache` answers with one rule — **allocate once, then move pointers**:
+#
+# - `advance(n)` commits the positions a pass just wrote; `rollback(n)` forgets the last n (a pointer
+#   move: stale entries past `length` are never read and get overwritten);
+# - `compact(keep, start)` copies the kept tree positions down to the committed prefix (an index copy);
+# - buffers are `[1, nkv, capacity, head_dim]` per layer for K and for V, allocated at construction.
+#
+# This chapter measures what that costs: memory per token and per context, rollback time against the
+# number of positions rolled back, the memory a tree branch takes, and what a long run of rejections
+# does to memory.
+
+# %% tags=["parameters"]
+device = "cpu"            # "cpu", "cuda" or "auto"
+dtype = "float32"
+model = "smollm2-135m"    # the model whose cache is exercised
+shapes = ["0.5b", "1b", "8b"]  # Llama shapes (profiling.LLAMA_SHAPES) sized from their configs only
+context_lengths = [512, 2048, 8192, 32768, 131072]
+batches = [1, 8, 32]
+rollback_lengths = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+base_length = 512         # committed positions left after each rollback
+op_repeats = 30           # rounds timing the bare rollback (each round: 1000 rollbacks per length)
+pass_repeats = 5          # rounds timing rollback + the next verification pass
+k = 4                     # draft length of the verification passes
+tree_sizes = [1, 8, 32, 64]
+rejection_steps = 200     # steps of an always-rejected speculative loop
+flat_tolerance = 0.2      # "flat": fitted change over the rollback range ≤ this fraction of the median
+threads = 1               # CPU threads (0: torch's default). Nothing here needs speed, and one thread is
+                          # immune to the thread-wake-up stalls of a shared machine (see chapter 1)
+out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
+
+# %%
+import os
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from tqdm import tqdm
+
+import specdec_core as sd
+from specdec_core import profiling as pf
+from specdec_core.drafters import Draft, Drafter
+from specdec_core.kvcache import KVCache
+from specdec_core.lm import CachedLM
+
+sns.set_theme(style="whitegrid", context="notebook")
+out = Path(out_dir)
+out.mkdir(parents=True, exist_ok=True)
+dev = sd.models.resolve_device(device)
+dt = pf.resolve_dtype(dtype)
+b = torch.finfo(dt).bits // 8
+tag = pf.device_tag(dev)
+if dev.type == "cpu" and threads:
+    torch.set_num_threads(threads)
+target = sd.load_pair(model, dtype=dt, device=dev).target
+cfg = target.config
+print(f"{model} on {dev} ({tag}), {dtype}, {torch.get_num_threads()} thread(s)")
+
+
+def save(df, name):
+    """CSV under out_dir (and under data/reference/<device>/ on a GPU), tagged with the device."""
+    df = df.assign(device=tag)
+    for p in pf.save_csv(df, name, out, dev):
+        print("wrote", p)
+    return df
+
+
+def savefig(fig, name):
+    fig.savefig(out / f"{name}.png", dpi=120, bbox_inches="tight")
+    plt.show()
+
+
+def mem_bytes() -> int:
+    """Memory in use where the cache lives: allocated device memory on CUDA, else resident memory."""
+    if dev.type == "cuda":
+        return torch.cuda.memory_allocated(dev)
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def flatness(x, y) -> float:
+    """Change of the least-squares line over the x range, as a fraction of the median of y."""
+    slope = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0]
+    return abs(slope) * (max(x) - min(x)) / float(np.median(y))
+
+
+# %% [markdown]
+# ## 1. Bytes per token per layer
+#
+# One token stores a key and a value vector for each of the `nkv` key/value heads in every layer:
+# `2 · nkv · head_dim · b` bytes per layer. Grouped-query attention (nkv < nh) is what keeps this small.
+# We check the formula against the bytes the cache actually allocates (for the larger shapes on the
+# `meta` device: shapes without memory).
+
+# %%
+configs = {f"{model} (this model)": cfg} | {f"llama-{s} shape": pf.llama_config(s) for s in shapes}
+rows = []
+for name, c in configs.items():
+    a = pf.Arch.from_config(c)
+    cap = 1000
+    allocated = KVCache(c, cap, dt, dev if c is cfg else "meta").nbytes()
+    per_layer = pf.kv_bytes_per_token(c, b, per_layer=True)
+    assert allocated == cap * pf.kv_bytes_per_token(c, b), f"{name}: cache allocates {allocated} bytes"
+    rows.append(dict(model=name, layers=a.L, q_heads=a.nh, kv_heads=a.nkv, head_dim=a.hd,
+                     bytes_per_token_per_layer=per_layer, kib_per_token=per_layer * a.L / 1024,
+                     weights_gb=pf.param_count(c) * b / 1e9,
+                     without_gqa_kib=2 * a.nh * a.hd * b * a.L / 1024))
+per_token = save(pd.DataFrame(rows), "kv_bytes_per_token")
+print("formula == allocated bytes for every model")
+per_token.round(2)
+
+# %% [markdown]
+# ## 2. Cache memory against context length and batch
+#
+# A cache for `batch` sequences of `S` positions holds `batch · S` times the bytes per token. The
+# dashed line is the model's weights: past it, **each pass reads more KV cache than weights**, and the
+# "one pass costs the weights" argument of chapter 1 no longer holds.
+
+# %%
+rows = []
+for name, c in configs.items():
+    per_tok = pf.kv_bytes_per_token(c, b)
+    for S in context_lengths:
+        for B in batches:
+            rows.append(dict(model=name, S=S, batch=B, kv_gb=B * S * per_tok / 1e9,
+                             weights_gb=pf.param_count(c) * b / 1e9))
+mem = save(pd.DataFrame(rows), "kv_memory")
+g = sns.relplot(data=mem, x="S", y="kv_gb", hue="batch", col="model", kind="line", marker="o",
+                col_wrap=2, height=3, aspect=1.3, palette="flare", facet_kws=dict(sharey=False))
+for ax, (name, d) in zip(g.axes.flat, mem.groupby("model", sort=False)):
+    ax.axhline(d.weights_gb.iloc[0], color="black", ls="--", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="context length S", ylabel=f"KV cache GB ({dtype})")
+g.figure.suptitle("KV cache memory (dashed: the weights)", y=1.02)
+savefig(g.figure, "kv_memory")
+cross = pd.DataFrame([dict(model=n, **{f"batch {B}": int(pf.param_count(c) / (B * pf.kv_bytes_per_token(c, 1)))
+                                      for B in batches}) for n, c in configs.items()])
+print("context length at which the KV cache equals the weights:")
+cross
+
+# %% [markdown]
+# ## 3. Rollback cost against the number of positions rolled back
+#
+# A rejected draft is rolled back. With a preallocated cache this is a pointer move, so its cost should
+# not depend on how many positions go. Two measurements, each over `rollback_lengths`:
+#
+# 1. the bare operation: `advance(n)` then `rollback(n)`, 1000 times per timed run;
+# 2. what a decoder sees: from a cache of `base_length + n` positions, roll back n and run the next
+#    verification pass (k + 1 tokens). The pass always starts from `base_length` positions, so any
+#    dependence on n would be the rollback's.
+
+# %%
+lm = CachedLM(target, base_length + max(rollback_lengths) + max(tree_sizes) + k + 1)
+lm.forward(torch.randint(0, cfg.vocab_size, (base_length,), generator=torch.Generator().manual_seed(0)))
+cache = lm.cache
+ptrs = [l.keys.data_ptr() for l in cache.layers]
+
+
+def op_fn(n, reps=1000):
+    def run():
+        for _ in range(reps):
+            cache.advance(n)
+            cache.rollback(n)
+    return run
+
+
+ops = pf.time_interleaved({n: op_fn(n) for n in rollback_lengths}, repeats=op_repeats, warmup=1, device=dev)
+ops = pf.summarize(ops).rename(columns={"name": "n"}).sort_values("n")
+ops["ns_per_rollback"] = 1e9 * ops["median"] / 1000 / 2  # the pair, halved: about one pointer move each
+assert cache.length == base_length
+
+toks = torch.randint(0, cfg.vocab_size, (k + 1,), generator=torch.Generator().manual_seed(1))
+
+
+def step_fn(n):
+    def run():
+        cache.advance(n)          # pretend n drafted positions were written and committed
+        cache.rollback(n)         # ... and rejected
+        lm.forward(toks)          # the next verification pass, from base_length positions
+        cache.rollback(k + 1)
+    return run
+
+
+steps = pf.summarize(pf.time_interleaved({n: step_fn(n) for n in rollback_lengths}, repeats=pass_repeats,
+                                         warmup=1, device=dev)).rename(columns={"name": "n"}).sort_values("n")
+assert [l.keys.data_ptr() for l in cache.layers] == ptrs, "rollback must not reallocate"
+rb = pd.concat([ops.assign(what="rollback op (ns)", value=ops.ns_per_rollback),
+                steps.assign(what="rollback + next pass (ms)", value=1e3 * steps["median"])])
+save(rb, "rollback_cost")
+flat = {w: flatness(d.n, d.value) for w, d in rb.groupby("what", sort=False)}
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+for ax, (w, d) in zip(axes, rb.groupby("what", sort=False)):
+    sns.lineplot(data=d, x="n", y="value", marker="o", ax=ax)
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set(xlim=(0, 1.3 * max(rollback_lengths)), ylim=(0, 1.3 * d.value.max()), xlabel="positions rolled back n",
+           ylabel=w, title=f"{w}: change over the range {flat[w]:.1%}")
+savefig(fig, "rollback_cost")
+for w, f in flat.items():
+    print(f"{w}: fitted change from n={min(rollback_lengths)} to n={max(rollback_lengths)} = {f:.1%} of the median")
+    assert f <= flat_tolerance, f"{w} is not flat: changes by {f:.1%} > {flat_tolerance:.0%}"
+
+# %% [markdown]
+# ## 4. Tree-branch memory
+#
+# A tree of N draft nodes is verified in one pass: its nodes are written to N consecutive slots past
+# `length`, each attending to the prefix and its own ancestors (a 4D mask). No second buffer exists:
+# the tree borrows headroom that was reserved at construction. After acceptance, `compact` copies the
+# accepted path (d nodes) down to the prefix end; the other N − d slots are simply left behind.
+#
+# The alternative — one sequence per branch, as a batch — needs a copy of the prefix per extra branch.
+# Below: a star tree (N siblings at depth 1) and a chain of depth N, verified through the real model;
+# the buffers' addresses and sizes before and after; and the memory each layout needs *beyond* the one
+# cache of the prefix: N slots for the tree, `(branches − 1) · S + N` slots for a batch of branches.
+
+# %%
+per_tok = pf.kv_bytes_per_token(cfg, b)
+
+
+def tree_mask(parents: list[int], S: int) -> torch.Tensor:
+    """Additive mask [1, 1, N, S + N]: node i sees the prefix, itself and its ancestors (parent -1 = root)."""
+    N = len(parents)
+    allowed = torch.zeros(N, S + N, dtype=torch.bool)
+    allowed[:, :S] = True
+    for i in range(N):
+        j = i
+        while j >= 0:
+            allowed[i, S + j] = True
+            j = parents[j]
+    return torch.zeros(1, 1, N, S + N, dtype=dt).masked_fill(~allowed, torch.finfo(dt).min).to(dev)
+
+
+rows = []
+nbytes0 = cache.nbytes()
+for N in tree_sizes:
+    for shape in ("star", "chain"):
+        parents = [-1] * N if shape == "star" else list(range(-1, N - 1))
+        depth = 1 if shape == "star" else N
+        depths = torch.zeros(N, dtype=torch.long) if shape == "star" else torch.arange(N)
+        S = cache.length
+        lm.forward(torch.randint(0, cfg.vocab_size, (N,)), positions=S + depths, mask=tree_mask(parents, S))
+        path = torch.arange(S, S + depth) if shape == "chain" else torch.tensor([S])  # accepted path
+        pf.sync(dev)
+        t = time.perf_counter()
+        cache.compact(path, start=S)
+        pf.sync(dev)
+        t_compact = time.perf_counter() - t
+        assert cache.length == S + len(path)
+        assert [l.keys.data_ptr() for l in cache.layers] == ptrs and cache.nbytes() == nbytes0
+        branches = N if shape == "star" else 1
+        rows.append(dict(N=N, tree=shape, depth=depth, branches=branches, prefix=S,
+                         extra_kb_tree=N * per_tok / 1e3,
+                         extra_kb_batch_of_branches=((branches - 1) * S + N) * per_tok / 1e3,
+                         compact_positions=len(path), compact_us=1e6 * t_compact))
+        cache.rollback(len(path))
+trees = save(pd.DataFrame(rows), "tree_memory")
+print(f"cache buffers: {nbytes0 / 1e6:.1f} MB before and after every tree pass, same addresses")
+trees.round(1)
+
+# %%
+long = trees[trees.tree == "star"].melt(id_vars="N", value_vars=["extra_kb_tree", "extra_kb_batch_of_branches"],
+                                        var_name="layout", value_name="kB")
+fig, ax = plt.subplots(figsize=(6.5, 3.8))
+sns.lineplot(data=long, x="N", y="kB", hue="layout", marker="o", ax=ax)
+ax.set(xscale="log", yscale="log", xlabel="branches N (star tree)", ylabel="KV memory beyond the prefix (kB)",
+       title=f"Tree in one cache vs one sequence per branch (prefix {base_length})")
+savefig(fig, "tree_memory")
+
+# %% [markdown]
+# ## 5. A run of rejections
+#
+# The worst case for a speculative decoder is a drafter that is always wrong: every step writes k + 1
+# positions, keeps one, and rolls back k. A cache that grew with what it was asked to write, or that
+# reallocated on rollback, would leak here. We run `rejection_steps` such steps directly on the cache
+# (recording length, buffer addresses and the process's resident memory), then the library's own
+# linear loop with an always-wrong drafter. (On CUDA, "memory" is the allocated device memory.)
+
+# %%
+lm2 = CachedLM(target, base_length + rejection_steps + k + 1)
+lm2.forward(torch.randint(0, cfg.vocab_size, (base_length,)))
+ptrs2, nbytes2 = [l.keys.data_ptr() for l in lm2.cache.layers], lm2.cache.nbytes()
+trace, gen = [], torch.Generator().manual_seed(2)
+for step in tqdm(range(rejection_steps), desc="rejected steps"):
+    lm2.forward(torch.randint(0, cfg.vocab_size, (k + 1,), generator=gen))  # verify k drafts
+    lm2.cache.rollback(k)                                                    # reject all k
+    trace.append(dict(step=step, length=lm2.length, mem_mb=mem_bytes() / 1e6,
+                      same_buffers=[l.keys.data_ptr() for l in lm2.cache.layers] == ptrs2,
+                      cache_mb=lm2.cache.nbytes() / 1e6))
+trace = save(pd.DataFrame(trace), "rejection_run")
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+sns.lineplot(data=trace, x="step", y="mem_mb", ax=axes[0])
+axes[0].set(ylabel="memory in use (MB)", title="memory during always-rejected steps")
+axes[0].set_ylim(0, 1.2 * trace.mem_mb.max())
+sns.lineplot(data=trace, x="step", y="length", ax=axes[1])
+axes[1].axhline(lm2.cache.capacity, color="crimson", ls="--", label="capacity (allocated once)")
+axes[1].set(ylabel="committed positions", title="cache length: +1 per step")
+axes[1].legend()
+savefig(fig, "rejection_run")
+settled = trace[trace.step >= min(10, rejection_steps // 4)]
+growth_mb = settled.mem_mb.max() - settled.mem_mb.min()
+print(f"{rejection_steps} steps: buffers unchanged {trace.same_buffers.all()}, cache {nbytes2 / 1e6:.1f} MB "
+      f"throughout, memory in use varied by {growth_mb:.1f} MB after warm-up")
+assert trace.same_buffers.all() and (trace.cache_mb == nbytes2 / 1e6).all()
+assert list(trace.length) == list(range(base_length + 1, base_length + rejection_steps + 1))
+assert growth_mb < max(16.0, 0.1 * nbytes2 / 1e6), f"memory in use grew by {growth_mb:.1f} MB"
+
+
+# %%
+class AlwaysWrong(Drafter):
+    """Proposes k copies of the vocabulary's last id, which the greedy target (almost) never picks."""
+
+    name = "always-wrong"
+
+    def propose(self, context, k, params, generator):
+        return Draft(torch.full((k,), cfg.vocab_size - 1, dtype=torch.long), None, passes=0)
+
+
+ids = torch.randint(0, cfg.vocab_size, (32,), generator=torch.Generator().manual_seed(3))
+n_new = max(8, rejection_steps // 4)
+sd.generate(target, ids, drafter=AlwaysWrong(), method="linear", k=k, max_new_tokens=4)  # warm-up
+before = mem_bytes()
+res = sd.generate(target, ids, drafter=AlwaysWrong(), method="linear", k=k, max_new_tokens=n_new)
+grown = (mem_bytes() - before) / 1e6
+cache_mb = KVCache(cfg, ids.numel() + n_new + k + 1, dt, "meta").nbytes() / 1e6
+st = res.stats
+print(f"library loop: {st['new_tokens']} tokens in {st['target_passes']} target passes, acceptance "
+      f"{st['alpha']:.3f}; memory in use grew by {grown:.1f} MB (its cache: {cache_mb:.1f} MB)")
+assert st["alpha"] < 0.05 and st["target_passes"] >= 0.9 * st["new_tokens"]
+assert grown < 8 * cache_mb + 16, f"the library's loop grew memory in use by {grown:.1f} MB"
+
+# %% [markdown]
+# ## Summary
+#
+# - A token costs `2 · nkv · head_dim · b` bytes per layer; grouped-query attention divides this by
+#   nh/nkv. The formula equals what the cache allocates.
+# - Cache memory is linear in context and batch. Past a crossover context (table in section 2) a pass
+#   reads more cache than weights — at large batch or long context, decoding stops being
+#   weight-bound, and the premise of chapter 1 weakens.
+# - Rollback is a pointer move: its cost (a fraction of a microsecond) and the cost of the next pass
+#   are flat in the number of positions rolled back.
+# - A tree of N nodes costs N slots of headroom inside the one preallocated cache, versus a copy of the
+#   prefix per branch for a batch of branches; `compact` keeps the accepted path with an index copy.
+# - Under a long run of rejections the cache never reallocates and never grows; resident memory stays
+#   flat.
+#
+# ## Exercises
+#
+# 1. With `dtype="bfloat16"`, how do the crossover contexts of section 2 move? And for an 8-bit KV cache?
+# 2. Llama-3.1-8B has nkv = 8 and nh = 32. At 32k context and batch 8, how much memory would
+#    the cache take without grouped-query attention?
+# 3. Replace the star tree by a binary tree of depth 4. How many slots does it take, and what does
+#    `compact` copy if the accepted path has length 3?
+# 4. Write a cache that *does* reallocate (`torch.cat` on every write, slicing on rollback) and rerun
+#    section 3. Which measurement changes, and how does it scale with the context length?
