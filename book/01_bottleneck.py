@@ -379,10 +379,14 @@ print(f"  ideal prediction within x{knee_tolerance}: {within(k0.ideal_over_measu
 print(f"  memory side m = {k0.m:.2f} (t(1) vs its floor of {k0.floor_ms:.1f} ms), "
       f"compute side c = {k0.c:.2f} -> corrected prediction {k0.knee_corrected:.1f} tokens "
       f"(ratio {k0.corrected_over_measured:.2f})")
-assert k0.resolved, f"the measured curve is still flat at T={T_max}: extend token_counts to see the knee"
-assert within(k0.ideal_over_measured) or within(k0.corrected_over_measured), (
-    f"neither the ridge-point knee ({k0.knee_ideal:.1f}) nor the corrected one ({k0.knee_corrected:.1f}) is "
-    f"within x{knee_tolerance} of the measured knee ({k0.knee_measured:.1f})")
+if k0.resolved:
+    assert within(k0.ideal_over_measured) or within(k0.corrected_over_measured), (
+        f"neither the ridge-point knee ({k0.knee_ideal:.1f}) nor the corrected one ({k0.knee_corrected:.1f}) is "
+        f"within x{knee_tolerance} of the measured knee ({k0.knee_measured:.1f})")
+else:  # flat through the largest T measured: the knee lies beyond it, and a prediction must say so too
+    print(f"  the measured curve is still flat at T={T_max}: the knee lies beyond the range measured")
+    assert max(k0.knee_ideal, k0.knee_corrected) >= T_max / knee_tolerance, (
+        f"the curve is flat through T={T_max} but both predictions put the knee well below it")
 
 # %% [markdown]
 # ## 6. Why the one-token pass is slower than the weight-streaming floor
@@ -484,9 +488,10 @@ shape_t[["name", "shape", "MB", "median", "gbps", "of_copy_bw"]].round(3)
 
 # %%
 assert t_lin > 0.8 * (w_bytes / BW), "bare matmuls faster than the copy bandwidth allows: a measurement error"
-assert 0.5 < prof_mm / t_lin < 2.0, (
-    f"the profiler's matmul time ({1e3 * prof_mm:.1f} ms) and the bare matmuls ({1e3 * t_lin:.1f} ms) disagree")
-print("the bare-matmul measurement and the profiler agree within a factor 2 on the matmul share of t(1)")
+if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matmuls wall time (launches)
+    assert 0.5 < prof_mm / t_lin < 2.0, (
+        f"the profiler's matmul time ({1e3 * prof_mm:.1f} ms) and the bare matmuls ({1e3 * t_lin:.1f} ms) disagree")
+    print("the bare-matmul measurement and the profiler agree within a factor 2 on the matmul time of t(1)")
 
 # %% [markdown]
 # ## 7. Prefill versus decode: one pass for the prompt, one pass per generated token
@@ -643,8 +648,9 @@ print(f"t(T)/t(1) at T = {T_max}: {passes[(passes.S == S0) & (passes['T'] == T_m
 #
 # ## Exercises
 #
-# 1. Rerun with `threads=[1]` and `threads=[2]` while another program loads the CPU. Which part of the
-#    decomposition moves? (Hint: look at the attention operator in the profile.)
+# 1. Run the chapter while another program loads the CPU, then again with `OMP_WAIT_POLICY=PASSIVE`
+#    set in the environment of `make reproduce` (idle OpenMP workers sleep instead of spinning). How
+#    do the two-thread rows of the thread table change? Which operator in the profile moves most?
 # 2. Use `dtype="bfloat16"`. The weights halve; does t(1) halve? Measure the GEMM ceiling in bf16 on
 #    this CPU and predict the new knee before running.
 # 3. From `pass_cost`, derive the context length S at which the KV cache read equals the weight read
