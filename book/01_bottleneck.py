@@ -51,6 +51,7 @@ out_dir = "../build/book/01_bottleneck"  # figures and CSVs land here
 # %%
 import gc
 import os
+from functools import partial
 import time
 from pathlib import Path
 
@@ -59,13 +60,14 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from tqdm import tqdm
+from tqdm import tqdm as _tqdm
 
 import specdec_core as sd
 from specdec_core import profiling as pf
 from specdec_core.lm import CachedLM
 
 sns.set_theme(style="whitegrid", context="notebook")
+tqdm = partial(_tqdm, mininterval=10)  # few updates: the executed notebook stays readable
 out = Path(out_dir)
 out.mkdir(parents=True, exist_ok=True)
 dev = sd.models.resolve_device(device)

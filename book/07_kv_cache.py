@@ -47,6 +47,7 @@ out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
 # %%
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -54,7 +55,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from tqdm import tqdm
+from tqdm import tqdm as _tqdm
 
 import specdec_core as sd
 from specdec_core import profiling as pf
@@ -63,6 +64,7 @@ from specdec_core.kvcache import KVCache
 from specdec_core.lm import CachedLM
 
 sns.set_theme(style="whitegrid", context="notebook")
+tqdm = partial(_tqdm, mininterval=10)  # few updates: the executed notebook stays readable
 out = Path(out_dir)
 out.mkdir(parents=True, exist_ok=True)
 dev = sd.models.resolve_device(device)

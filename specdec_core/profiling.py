@@ -121,7 +121,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
     if progress:
         from tqdm import tqdm
 
-        rounds = tqdm(rounds, desc="timing rounds", leave=False)
+        rounds = tqdm(rounds, desc="timing rounds", leave=False, mininterval=10)
     for r in rounds:
         order = names[:]
         rng.shuffle(order)
