@@ -50,7 +50,7 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
                 _sync()
                 dt = time.perf_counter() - t
                 n = len(out["tokens"])
-                extra = {k: v for k, v in out.items() if k != "tokens" and not isinstance(v, (list, dict))}
+                extra = {k: v for k, v in out.items() if k != "tokens" and not isinstance(v, dict)}
                 rows.append(dict(meta, runner=name, repeat=rep, new_tokens=n, seconds=dt,
                                  tokens_per_s=n / dt, **extra))
                 bar.update()
