@@ -9,6 +9,14 @@ Interface (the loop in :mod:`specdec_core.linear` is its only caller):
   (``None`` when greedy: the greedy verifier needs only tokens).
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
+
+Trees (:mod:`specdec_core.tree`) use two more methods; the defaults propose the drafter's chain as a
+one-branch tree, so every drafter works with ``method="tree"``:
+
+- ``propose_tree(context, shape, k, params, generator) -> TreeDraft``: a tree of depth <= k grown
+  to ``shape`` (a :class:`~specdec_core.tree.Tree` or :class:`~specdec_core.tree.Dynamic`), with the
+  law q each node's token was drawn from.
+- ``accept_path(path)``: the verifier kept the nodes ``path`` (node ids, root excluded, root to leaf).
 """
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from .lm import CachedLM
-from .sampling import PROB_DTYPE, SamplingParams, choose
+from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits
+from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, keep_slots, shape_depth
 
 
 @dataclass
@@ -47,6 +56,14 @@ class Drafter:
 
     def accept(self, n: int) -> None:
         pass
+
+    def propose_tree(self, context: list[int], shape, k: int, params: SamplingParams, generator) -> TreeDraft:
+        """Default tree: the drafter's own chain (as long as the shape is deep), one node per depth."""
+        d = self.propose(context, shape_depth(shape, k), params, generator)
+        return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes)
+
+    def accept_path(self, path: list[int]) -> None:
+        self.accept(len(path))  # in a chain, node i is the i-th draft token
 
 
 class ModelDrafter(Drafter):
@@ -88,6 +105,38 @@ class ModelDrafter(Drafter):
         keep = self._base + n
         if self.lm.length > keep:
             self.lm.cache.rollback(self.lm.length - keep)
+
+    def propose_tree(self, context, shape, k, params, generator):
+        """Grow a tree of depth <= k, one depth per draft pass: the whole depth in one pass through the tree
+        mask, at position ``len(context) - 1 + depth``. Children: greedy, a node's top-m tokens; sampling,
+        m draws without replacement from its law q (:func:`~specdec_core.tree.draw_siblings`), each child
+        carrying the law it was drawn from. Nodes of the last depth are never run (no children to draft).
+        """
+        lm = self.lm
+        self._base = base = len(context)
+        unseen = torch.tensor(context[lm.length:], dtype=torch.long)
+        logits = lm.forward(unseen, last_only=True)  # [1, V]: the root's next-token logits
+        grow, passes = TreeBuilder(shape, k), 1
+        while True:
+            if params.greedy:  # children: the top tokens; a Dynamic shape scores them with softmax(logits)
+                probs, score = None, torch.softmax(logits.double(), -1) if isinstance(shape, Dynamic) else None
+            else:  # children are drawn from q = the processed law [F, V], which also scores them
+                probs = score = process_logits(logits, params)
+            for i, (u, m) in enumerate(zip(grow.frontier, grow.plan(score))):
+                if m:
+                    grow.add(u, *draw_siblings(logits[i], None if probs is None else probs[i], m, generator))
+            if not grow.advance():
+                break
+            new = grow.frontier_tokens()
+            logits = lm.forward(new, positions=torch.full((new.numel(),), base - 1 + grow.depth),
+                                mask=grow.frontier_bias(base, lm.dtype, lm.device))
+            passes += 1
+        self._written = lm.length - base  # nodes 1.._written sit at slots base.._written + base - 1
+        return grow.result(passes)
+
+    def accept_path(self, path):
+        """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy)."""
+        keep_slots(self.lm.cache, [self._base + i - 1 for i in path if i <= self._written], start=self._base)
 
 
 class NGramDrafter(Drafter):

@@ -1,0 +1,479 @@
+"""Tree speculative decoding: draft a tree, verify every node in one target pass, keep one path.
+
+Trees are data. A static tree is a list of index paths, each index the rank of a node among its
+parent's children (rank 0 = the draft's first choice), as Medusa's and EAGLE's "choices"::
+
+    [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]      # 6 nodes, depth 3
+
+:class:`Tree` turns the paths once into parents, depths (the position offsets), the ancestor mask and
+the retrieve paths. Node 0 is the root: the last committed token, which the target has not seen yet;
+nodes 1..N follow in (depth, path) order, the order in which they are drafted, written to the caches
+and verified. :class:`Dynamic` grows the tree instead from the draft's own probabilities (top-k
+expansion under a node budget, as in EAGLE-2), one depth per draft pass.
+
+One step has the four phases of :mod:`specdec_core.linear`:
+
+1. **draft**  the drafter grows the tree (``Drafter.propose_tree``): node tokens and, when sampling,
+   the law q each node's token was drawn from.
+2. **verify** one target pass over [root, node_1..node_N] at positions ``L + depth`` with a 4D mask in
+   which each node sees the committed prefix and its own ancestors: N + 1 next-token laws p.
+3. **accept** greedy: :func:`greedy_tree_accept`; sampling: :func:`tree_speculative_sample`.
+4. **commit** copy the accepted path's KV entries to contiguous slots (``KVCache.compact``, an index copy
+   in the preallocated buffers) in the target and in the drafter; emit the tokens (cut at EOS/budget).
+
+Notation: p = target law, q = draft law.
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from .lm import CachedLM
+from .linear import emit
+from .sampling import SamplingParams, choose, process_logits, sample
+from .stats import Clock, Result, finish_stats, new_stats
+
+Path = tuple[int, ...]
+
+
+# -- trees as data ----------------------------------------------------------------------------------
+class Tree:
+    """A tree built once from index paths. Node 0 is the root; nodes 1..N in (depth, path) order.
+
+    ``paths``    the N paths, sorted;          ``depth``  the longest path (0 for the bare root)
+    ``parents``  LongTensor ``[N+1]`` (root: -1)
+    ``depths``   LongTensor ``[N+1]``: position offsets (node i sits at position ``L + depths[i]``)
+    ``children`` N+1 tuples of child node ids, in rank order
+    ``mask``     BoolTensor ``[N+1, N+1]``: ``mask[i, j]`` iff j is i or an ancestor of i
+    ``retrieve`` LongTensor ``[leaves, depth+1]``: each root-to-leaf path of node ids, padded with -1
+
+    Build with :meth:`of` (cached: every distinct shape is converted once).
+    """
+
+    def __init__(self, paths):
+        paths = sorted({tuple(int(i) for i in p) for p in paths}, key=lambda p: (len(p), p))
+        if any(len(p) == 0 or min(p) < 0 for p in paths):
+            raise ValueError("tree paths must be non-empty tuples of ranks >= 0")
+        index = {(): 0, **{p: i + 1 for i, p in enumerate(paths)}}
+        for p in paths:
+            if p[:-1] not in index:
+                raise ValueError(f"tree path {p} has no parent {p[:-1]} in the tree")
+            if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in index:
+                raise ValueError(f"tree path {p}: ranks among siblings must be 0, 1, 2, ... without gaps")
+        n = len(paths)
+        self.paths: tuple[Path, ...] = tuple(paths)
+        self._index = index
+        self.n, self.depth = n, max((len(p) for p in paths), default=0)
+        parents = [-1] + [index[p[:-1]] for p in paths]
+        self.parents = torch.tensor(parents, dtype=torch.long)
+        self.depths = torch.tensor([0] + [len(p) for p in paths], dtype=torch.long)
+        kids: list[list[int]] = [[] for _ in range(n + 1)]
+        for i in range(1, n + 1):
+            kids[parents[i]].append(i)  # paths are sorted, so siblings arrive in rank order
+        self.children = tuple(tuple(c) for c in kids)
+        mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+        for i in range(n + 1):
+            if i:
+                mask[i] = mask[parents[i]]
+            mask[i, i] = True
+        self.mask = mask
+        leaves = [i for i in range(n + 1) if not kids[i]]
+        self.retrieve = torch.full((len(leaves), self.depth + 1), -1, dtype=torch.long)
+        for row, leaf in enumerate(leaves):
+            chain = mask[leaf].nonzero().flatten()  # ancestors have smaller ids: already root → leaf
+            self.retrieve[row, : chain.numel()] = chain
+        self._bias: dict = {}
+
+    @staticmethod
+    def of(paths) -> "Tree":
+        """The (cached) tree of these paths."""
+        return _tree_of(tuple(sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))))
+
+    @staticmethod
+    def chain(n: int) -> "Tree":
+        """n nodes in a row: linear speculative decoding as a tree."""
+        return Tree.of([(0,) * d for d in range(1, n + 1)])
+
+    @staticmethod
+    def from_branching(branching) -> "Tree":
+        """Every node at depth d has ``branching[d-1]`` children: ``[3, 2, 1]`` → 3 + 6 + 6 = 15 nodes."""
+        level, paths = [()], []
+        for b in branching:
+            level = [p + (r,) for p in level for r in range(int(b))]
+            paths += level
+        return Tree.of(paths)
+
+    def truncate(self, depth: int) -> "Tree":
+        """The same tree cut at ``depth``."""
+        return self if depth >= self.depth else Tree.of([p for p in self.paths if len(p) <= depth])
+
+    def n_children(self, path: Path) -> int:
+        """Number of children of the node at ``path`` (0 if the tree has no such node)."""
+        i = self._index.get(path)
+        return 0 if i is None else len(self.children[i])
+
+    @property
+    def widths(self) -> list[int]:
+        """Nodes per depth 1..depth."""
+        return torch.bincount(self.depths[1:], minlength=self.depth + 1)[1:].tolist()
+
+    def bias(self, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """4D additive mask ``[1, 1, N+1, past+N+1]`` for a pass over [root, nodes] after ``past`` slots."""
+        key = (dtype, str(device))
+        if key not in self._bias:
+            self._bias[key] = attention_bias(self.mask, 0, dtype, device)
+        block = self._bias[key]
+        out = torch.zeros(1, 1, self.n + 1, past + self.n + 1, dtype=dtype, device=device)
+        out[..., past:] = block
+        return out
+
+    def __repr__(self):
+        return f"Tree(nodes={self.n}, depth={self.depth}, widths={self.widths})"
+
+
+@functools.lru_cache(maxsize=512)
+def _tree_of(paths: tuple[Path, ...]) -> Tree:
+    return Tree(paths)
+
+
+def attention_bias(allowed: torch.Tensor, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """``allowed [T, M]`` (bool) → additive mask ``[1, 1, T, past + M]``: the ``past`` cache slots are
+    visible to every row; the last M columns follow ``allowed`` (0 = attend, dtype-min = blocked)."""
+    T, M = allowed.shape
+    out = torch.zeros(1, 1, T, past + M, dtype=dtype, device=device)
+    out[0, 0, :, past:].masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
+    return out
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """Grow the tree from the draft's probabilities: top-k expansion under a node budget (EAGLE-2's
+    expansion phase), one depth per draft pass.
+
+    At each depth every frontier node u offers its ``topk`` likeliest continuations; the candidate of
+    rank j scores s(u) · q_u(j-th largest), s(u) being u's own score (the product along its path, the
+    draft's estimate that the target reaches u). The ``width`` best candidates of the depth become nodes,
+    until ``budget`` nodes in all. Scores use only the *sorted* law of the parent, known before any child
+    is drawn, so the shape never depends on the children's own tokens (this keeps sampling exact, see
+    :func:`tree_speculative_sample`). Greedy scores with softmax(draft logits).
+    """
+
+    budget: int = 16
+    width: int = 4
+    topk: int = 4
+
+    def __post_init__(self):
+        for name in ("budget", "width", "topk"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Dynamic.{name} must be an integer >= 1, got {v!r}")
+
+
+def default_tree(k: int) -> Tree:
+    """The default static tree for depth k: the draft's first-choice chain of length k, its second choice
+    as a leaf at every depth, its third choice at depth 1 and the second choice's own first child.
+    2k + 2 nodes (k >= 2): the shape chapter 4 finds best on a CPU, where a pass over ~2k tokens costs
+    little more than one over k."""
+    spine = [(0,) * d for d in range(1, k + 1)]
+    side = [(0,) * (d - 1) + (1,) for d in range(1, k + 1)]
+    extra = [(2,), (1, 0)] if k >= 2 else [(2,)]
+    return Tree.of(spine + side + extra)
+
+
+def resolve_shape(tree, k: int):
+    """``tree`` argument of ``generate`` → a :class:`Tree` cut at depth k, or a :class:`Dynamic`.
+
+    Accepts None (:func:`default_tree`), a :class:`Tree`, a list of index paths, or a :class:`Dynamic`.
+    """
+    if tree is None:
+        return default_tree(k)
+    if isinstance(tree, Dynamic):
+        return tree
+    if isinstance(tree, Tree):
+        t = tree
+    elif isinstance(tree, (list, tuple)):
+        try:
+            t = Tree.of(tree)
+        except TypeError as e:
+            raise ValueError(f"tree must be a list of index paths like [(0,), (1,), (0, 0)]: {e}") from e
+    else:
+        raise ValueError(f"tree must be None, a Tree, a list of index paths or a Dynamic, got {type(tree).__name__}")
+    if t.n == 0:
+        raise ValueError("tree has no nodes: give at least one path, e.g. [(0,)]")
+    return t.truncate(k)
+
+
+def tree_size(tree, k: int) -> int:
+    """Most nodes (root excluded) one step drafts for this tree argument at depth ``k``."""
+    shape = resolve_shape(tree, k)
+    return shape.n if isinstance(shape, Tree) else min(shape.budget, shape.width * k)
+
+
+def shape_depth(shape, k: int) -> int:
+    """Longest path the shape allows at depth ``k`` (for drafters that propose a plain chain)."""
+    return min(k, shape.depth) if isinstance(shape, Tree) else min(k, shape.budget)
+
+
+# -- choosing a tree: Sequoia's positional model --------------------------------------------------
+def greedy_accept_lengths(tree: Tree, ranks: list[int]) -> list[int]:
+    """Accepted path length of a greedy step starting at every position of a decoded text.
+
+    ``ranks[t]``: the draft's rank of the text's token t given the text before it (0 = its top choice).
+    Under greedy decoding the accepted path follows the target's own text, so a step whose root is token
+    s accepts depth d iff the tree holds the node ``(ranks[s+1], .., ranks[s+d])``: exact, no model run.
+    """
+    out = []
+    for s in range(len(ranks)):
+        path, d = (), 0
+        while s + 1 + d < len(ranks) and path + (ranks[s + 1 + d],) in tree._index:
+            path += (ranks[s + 1 + d],)
+            d += 1
+        out.append(d)
+    return out
+
+
+def optimal_tree(rank_probs, n: int, depth: int) -> Tree:
+    """The n-node tree of depth <= ``depth`` with the largest expected accepted length when the child of rank r
+    is the accepted one with probability ``rank_probs[r]``, independently at every depth (Sequoia's positional
+    acceptance model, Chen et al. 2024). A node's chance of being on the accepted path is the product of
+    rank_probs along its path; the expected accepted length is their sum over nodes. Values shrink from a
+    node to its children and (for sorted rank_probs) to its younger siblings, so growing the tree by always
+    adding the most valuable frontier node (a heap) is optimal and keeps ranks contiguous."""
+    rp = [float(x) for x in rank_probs]
+    heap, paths = [(-rp[0], (0,), 1.0)], []  # (−value, path, value of the parent)
+    while heap and len(paths) < n:
+        neg, path, parent = heapq.heappop(heap)
+        if -neg <= 0:
+            break
+        paths.append(path)
+        if len(path) < depth:
+            heapq.heappush(heap, (neg * rp[0], path + (0,), -neg))
+        if path[-1] + 1 < len(rp):
+            heapq.heappush(heap, (-parent * rp[path[-1] + 1], path[:-1] + (path[-1] + 1,), parent))
+    return Tree.of(paths)
+
+
+# -- drafting a tree --------------------------------------------------------------------------------
+@dataclass
+class TreeDraft:
+    tree: Tree  # the tree actually drafted (sampling may leave a family short, see draw_siblings)
+    tokens: torch.Tensor  # [N] LongTensor: node i's token is tokens[i - 1]
+    q: torch.Tensor | None  # [N, V] float64: the law node i's token was drawn from (None when greedy)
+    passes: int  # draft forward passes spent
+
+
+def draw_siblings(logits: torch.Tensor, q: torch.Tensor | None, m: int, generator):
+    """The m children of one node. logits ``[V]``; q ``[V]`` its processed law (None when greedy).
+
+    Greedy: the m highest logits, best first. Sampling: m draws **without replacement**: child j is drawn
+    from q with children 0..j-1 removed and renormalized; that law is returned as child j's q, which is
+    exactly what :func:`tree_speculative_sample` uses for it. Fewer than m children if q has fewer than
+    m tokens with mass (a function of q alone, fixed before any draw). Returns (tokens, laws | None).
+    """
+    if q is None:
+        return torch.topk(logits, m).indices.tolist(), None
+    m = min(m, int((q > 0).sum()))
+    tokens, laws, law = [], [], q
+    for _ in range(m):
+        if tokens:
+            law = law.clone()
+            law[tokens[-1]] = 0.0
+            law = law / law.sum()
+        tokens.append(int(sample(law, generator)))
+        laws.append(law)
+    return tokens, laws
+
+
+class TreeBuilder:
+    """Grows a tree depth by depth while a drafter drafts it (static or :class:`Dynamic` shape).
+
+    The drafter's loop: ``plan`` the family sizes of the frontier, ``add`` each family, ``advance`` to the
+    new depth (False: stop drafting), run ``frontier_tokens`` through the draft with ``frontier_bias``.
+    Nodes are numbered in the order of :class:`Tree` (depth, then parent, then rank).
+    """
+
+    def __init__(self, shape, depth: int):
+        self.shape, self.max_depth = shape, depth
+        cap = tree_size(shape if isinstance(shape, Dynamic) else shape.truncate(depth), depth)
+        self.allowed = torch.zeros(cap + 1, cap + 1, dtype=torch.bool)
+        self.allowed[0, 0] = True
+        self.paths: list[Path] = [()]
+        self.scores, self.tokens, self.laws = [1.0], [], []
+        self.frontier, self.depth, self._child_scores = [0], 0, {}
+
+    def plan(self, probs: torch.Tensor | None) -> list[int]:
+        """Children per frontier node. probs ``[F, V]``: the frontier's laws (used by :class:`Dynamic` only)."""
+        if isinstance(self.shape, Tree):
+            return [self.shape.n_children(self.paths[u]) for u in self.frontier]
+        left = self.shape.budget - (len(self.paths) - 1)
+        top = probs.topk(min(self.shape.topk, probs.shape[-1]), dim=-1).values  # [F, topk], sorted
+        cand = torch.tensor([self.scores[u] for u in self.frontier], dtype=top.dtype)[:, None] * top.cpu()
+        order = torch.sort(-cand.flatten(), stable=True).indices[: min(self.shape.width, left)]
+        order = order[cand.flatten()[order] > 0]  # no children outside the law's support
+        sizes = torch.bincount(order // top.shape[1], minlength=len(self.frontier)).tolist()
+        self._child_scores = {u: cand[i].tolist() for i, u in enumerate(self.frontier)}
+        return sizes
+
+    def add(self, parent: int, tokens: list[int], laws: list[torch.Tensor] | None) -> None:
+        for j, x in enumerate(tokens):
+            i = len(self.paths)
+            self.paths.append(self.paths[parent] + (j,))
+            self.scores.append(self._child_scores[parent][j] if self._child_scores else 1.0)
+            self.tokens.append(int(x))
+            if laws is not None:
+                self.laws.append(laws[j])
+            self.allowed[i] = self.allowed[parent]
+            self.allowed[i, i] = True
+
+    def advance(self) -> bool:
+        """Make the nodes just added the frontier; True if they are to be expanded (run through the draft)."""
+        first = self.frontier[-1] + 1
+        self.frontier = list(range(first, len(self.paths)))
+        self.depth += 1
+        if not self.frontier or self.depth >= self.max_depth:
+            return False
+        if isinstance(self.shape, Tree):
+            return any(self.shape.n_children(self.paths[u]) for u in self.frontier)
+        return len(self.paths) - 1 < self.shape.budget
+
+    def frontier_tokens(self) -> torch.Tensor:
+        return torch.tensor([self.tokens[u - 1] for u in self.frontier], dtype=torch.long)
+
+    def frontier_bias(self, past: int, dtype, device) -> torch.Tensor:
+        """Mask for the pass over the frontier when ``past`` slots precede node 1 in the draft's cache."""
+        s, e = self.frontier[0], self.frontier[-1] + 1
+        return attention_bias(self.allowed[s:e, 1:e], past, dtype, device)
+
+    def result(self, passes: int) -> TreeDraft:
+        tree = Tree.of(self.paths[1:])
+        assert tree.paths == tuple(self.paths[1:]), "nodes were not drafted in tree order"
+        q = torch.stack(self.laws) if self.laws else None
+        return TreeDraft(tree, torch.tensor(self.tokens, dtype=torch.long), q, passes)
+
+
+# -- accept: pure functions -------------------------------------------------------------------------
+def greedy_tree_accept(tree: Tree, tokens: torch.Tensor, target_argmax: torch.Tensor):
+    """Greedy rule on a tree. tokens ``[N]``, target_argmax ``[N+1]`` → (path, new tokens ``[len(path)+1]``).
+
+    Descend from the root while a child's token equals the target's argmax at the current node: the
+    longest root-to-node path that plain greedy decoding would also produce; then the target's own token.
+    """
+    tk, am = tokens.tolist(), target_argmax.tolist()
+    node, path = 0, []
+    while True:
+        nxt = next((c for c in tree.children[node] if tk[c - 1] == am[node]), None)
+        if nxt is None:
+            break
+        path.append(nxt)
+        node = nxt
+    return path, torch.tensor([tk[c - 1] for c in path] + [am[node]], dtype=torch.long)
+
+
+def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm((r − q)^+): what is left of the law r once a draw from q has been rejected."""
+    res = (r - q).clamp_min(0.0)
+    total = res.sum()
+    # total == 0 only if r <= q everywhere, i.e. r == q: rejection then has probability 0; guard rounding
+    return res / total if total > 0 else r
+
+
+def tree_speculative_sample(tree: Tree, tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator):
+    """Recursive rejection sampling down the tree. tokens ``[N]``; q ``[N, V]``: the law node i's token was
+    drawn from; p ``[N+1, V]``: the target's law at every node. Returns (path, new tokens ``[len(path)+1]``).
+
+    At a node with children c_1..c_m (rank order): r ← p(node); for j = 1..m accept x_j = token(c_j) with
+    probability min(1, r(x_j) / q_j(x_j)) and descend into c_j; else r ← norm((r − q_j)^+). If no child is
+    accepted, emit a sample of r and stop; at a leaf r = p(leaf) (the bonus token).
+
+    This is SpecInfer's multi-step speculative sampling with q_j allowed to change between siblings, which
+    covers siblings drawn without replacement (Jeon et al. 2024, Sequoia): our drafters draw them that way
+    (:func:`draw_siblings`). Exact: let r_j be the residual before sibling j. Given everything drafted
+    before x_j, x_j ~ q_j, and r_{j+1} = norm((r_j − q_j)^+) is fixed before x_j is drawn. By induction from
+    the last step (emit a sample of r_{m+1}), the token emitted from step j on has law
+    q_j·min(1, r_j/q_j) + P(reject)·r_{j+1} = min(q_j, r_j) + (r_j − q_j)^+ = r_j; so the node emits p(node).
+    Once a child is accepted its own children were drawn from q given that path, and the same argument
+    holds one level down: the emitted sequence has the target's law. The only requirement on the drafter
+    is that a node's number of children is fixed before they are drawn (:class:`Dynamic` respects it).
+    """
+    dev = p.device
+    tk, q = tokens.tolist(), q.to(dev)
+    node, path = 0, []
+    while True:
+        r, accepted = p[node], None
+        for c in tree.children[node]:
+            x, qc = tk[c - 1], q[c - 1]
+            if not qc[x] > 0:
+                raise ValueError("a draft token has q(x) = 0: q is not the law the draft sampled from")
+            u = torch.rand((), generator=generator, device=dev, dtype=p.dtype)
+            if u * qc[x] < r[x]:  # u < r/q without dividing
+                accepted = c
+                break
+            r = residual(r, qc)
+        if accepted is None:
+            last = int(sample(r, generator))
+            return path, torch.tensor([tk[c - 1] for c in path] + [last], dtype=torch.long)
+        path.append(accepted)
+        node = accepted
+
+
+# -- commit ----------------------------------------------------------------------------------------
+def keep_slots(cache, slots: list[int], start: int) -> None:
+    """Keep the cache entries at ``slots`` as ``[start, start + len(slots))``: a pointer move when they
+    already are there, else one index copy (``KVCache.compact``). Nothing is reallocated."""
+    if slots == list(range(start, start + len(slots))):
+        cache.length = start + len(slots)
+    else:
+        cache.compact(torch.tensor(slots, dtype=torch.long), start)
+
+
+# -- the loop ---------------------------------------------------------------------------------------
+def tree_decode(target, drafter, prompt: torch.Tensor, k: int, max_new_tokens: int, params: SamplingParams,
+                generator, eos: set[int], capacity: int, tree=None) -> Result:
+    """Tree speculative decoding with depth ``k`` (see the module docstring). Stats add ``nodes_per_pass``
+    (nodes verified by each pass, root excluded); ``proposed`` holds each tree's depth, ``accepted_lengths``
+    the accepted path lengths."""
+    shape = resolve_shape(tree, k)
+    stats = new_stats("tree")
+    stats["nodes_per_pass"] = []
+    lm = CachedLM(target, capacity)
+    clock = Clock(stats, lm.device)
+    drafter.reset(prompt, capacity)
+    with clock.phase("prefill"):
+        logits = lm.forward(prompt, last_only=True)[-1]
+        tok, _ = choose(logits, params, generator)
+    stats["target_passes"] += 1
+    clock.mark_tokens(1)
+    out, seq = [tok], prompt.tolist() + [tok]
+    done = tok in eos or max_new_tokens <= 1
+    t_decode = clock.now()
+    while not done:
+        with clock.phase("draft"):
+            d = drafter.propose_tree(seq, shape, min(k, max_new_tokens - len(out)), params, generator)
+        t = d.tree
+        with clock.phase("verify"):
+            L = lm.length  # the root goes to slot L, node i to slot L + i
+            logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + t.depths,
+                                mask=t.bias(L, lm.dtype, lm.device))  # [N+1, V]
+        with clock.phase("accept"):
+            if params.greedy:
+                path, new = greedy_tree_accept(t, d.tokens, logits.argmax(-1))
+            else:
+                path, new = tree_speculative_sample(t, d.tokens, d.q, process_logits(logits, params), generator)
+        with clock.phase("commit"):
+            keep_slots(lm.cache, [L + i for i in path], start=L + 1)
+            drafter.accept_path(path)
+            before = len(out)
+            done = emit(out, new.tolist(), max_new_tokens, eos)
+            seq += out[before:]
+            tok = seq[-1]
+        stats["target_passes"] += 1
+        stats["draft_passes"] += d.passes
+        stats["proposed"].append(t.depth)
+        stats["accepted_lengths"].append(len(path))
+        stats["nodes_per_pass"].append(t.n)
+        clock.mark_tokens(len(out) - before)
+    stats["decode_s"] = clock.now() - t_decode
+    return Result(out, finish_stats(stats, len(out)))
