@@ -235,6 +235,17 @@ def greedy_accept_lengths(tree: Tree, ranks: list[int]) -> list[int]:
     return out
 
 
+def replay_greedy(tree: Tree, ranks: list[int]) -> list[int]:
+    """Accepted lengths of the steps greedy tree decoding takes on a text it produced (``ranks`` as in
+    :func:`greedy_accept_lengths`, token 0 from the prefill): each step starts right after the previous
+    step's accepted tokens and the target's own one, and stops at the end of the text."""
+    lengths, s, steps = greedy_accept_lengths(tree, ranks), 0, []
+    while s < len(ranks) - 1:
+        steps.append(lengths[s])
+        s += lengths[s] + 1
+    return steps
+
+
 def optimal_tree(rank_probs, n: int, depth: int) -> Tree:
     """The n-node tree of depth <= ``depth`` with the largest expected accepted length when the child of rank r
     is the accepted one with probability ``rank_probs[r]``, independently at every depth (Sequoia's positional

@@ -120,6 +120,28 @@ def test_tree_accepts_more_per_pass_than_its_chain():
     assert np.mean(tree["accepted_lengths"]) > 1.2 * np.mean(chain["accepted_lengths"])
 
 
+@pytest.mark.parametrize("shape", [Tree.chain(4), default_tree(4), T.optimal_tree([0.5, 0.2, 0.1], 9, 5)])
+def test_replay_from_draft_ranks_predicts_greedy_steps(toy16, shape):
+    """The draft's rank of each token of the greedy text fixes every greedy step: replaying the ranks gives
+    exactly the accepted lengths that tree decoding records."""
+    drafter, prompt = toy16.drafters["model"], [2, 7, 1]
+    res = sd.generate(toy16.target, prompt, drafter=drafter, method="tree", k=shape.depth, tree=shape,
+                      max_new_tokens=60)
+    ids = torch.tensor(prompt + res.tokens)
+    logits = CachedLM(drafter.model, 80).forward(ids)[len(prompt) - 1:-1]  # row j predicts token j
+    ranks = (logits > logits.gather(1, ids[len(prompt):, None])).sum(1).tolist()
+    assert T.replay_greedy(shape, ranks) == res.stats["accepted_lengths"]
+
+
+def test_optimal_tree_under_the_positional_model():
+    rp = [0.6, 0.2, 0.1]
+    t = T.optimal_tree(rp, 6, 3)
+    assert t.paths == ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))  # .6 .2 .36 .12 .12 .216 (not (2,): .1)
+    best = max(itertools.combinations([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)], 6),
+               key=lambda ps: sum(np.prod([rp[r] for r in p]) for p in ps if all(p[:i] in ps for i in range(1, len(p)))))
+    assert set(best) == set(t.paths)
+
+
 def test_tree_stats_record(toy16):
     res = sd.generate(toy16.target, [1, 2], drafter=toy16.drafter, method="tree", k=3, max_new_tokens=30)
     s = res.stats

@@ -1,0 +1,509 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 4 · Tree speculative decoding
+#
+# A chain of K guesses is wasted from the first wrong one on, even when the draft's *second* choice was
+# right. A **tree** lets one target pass check several alternatives: the draft proposes its top tokens
+# at a node, the best continuations of each, and so on; the target verifies every node at once, and we
+# keep the longest path it agrees with. Same four phases as chapter 3:
+#
+# 1. **draft**  the draft model grows the tree one depth per pass (all nodes of a depth in one pass);
+# 2. **verify** one target pass over [last token, all N nodes]: node i sits at position `L + depth(i)`
+#    and a 4D attention mask lets it see the committed prefix and its own ancestors only;
+# 3. **accept** greedy: descend from the root while a child equals the target's argmax, then add the
+#    target's own token. Sampling: *recursive rejection sampling* (below);
+# 4. **commit** copy the accepted path's KV entries down to contiguous slots (an index copy in the
+#    preallocated cache, in the target and in the draft); every other branch is simply forgotten.
+#
+# **Which sampling rule, and why it is exact.** At a node with target law p whose children
+# x₁…x_m were drawn from q₁…q_m: r ← p; for each child in turn, accept it with probability
+# min(1, r(x_j)/q_j(x_j)) and descend; otherwise r ← norm((r − q_j)⁺). If none is accepted, draw from r.
+# This is SpecInfer's multi-step speculative sampling, with the draft's siblings drawn **without
+# replacement** (q_j = q with x₁…x_{j−1} removed and renormalized) as in Jeon et al. 2024 and Sequoia:
+# no node is spent on a duplicate sibling, and at temperature → 0 the siblings become the draft's top-m
+# tokens, which greedy uses. Each sibling step is one ordinary speculative-sampling step against the
+# current residual r_j: it emits min(q_j, r_j) + (r_j − q_j)⁺ = r_j, because r_{j+1} is fixed *before*
+# x_j is drawn. So the node emits exactly p, and one level down the same holds given the accepted path.
+# The proof needs one thing from the drafter: a node's number of children must be fixed before they
+# are drawn (`specdec_core.tree.Dynamic` scores candidates with the parent's sorted law for that reason).
+# `tests/test_tree.py` checks the law with χ² tests and kills two mutants (residual not updated, sibling
+# law not updated).
+#
+# Notation: p = target law, q = draft law.
+
+# %% tags=["parameters"]
+model = "smollm2-135m"     # embedded name, Hugging Face id or path
+draft = None               # optional Hugging Face id/path of a draft; default: the shipped draft model
+standin_noise = 0.1        # no draft at all: stand in with a noisy copy of the target (clearly labelled;
+                           # as costly as the target, so its speed figures mean nothing)
+per_task = 2               # prompts per task from the evaluation mix
+tasks = None               # None: all six tasks; or a list, e.g. ["qa", "summarization"]
+prompt_file = None         # None: the shipped mix; or a Spec-Bench question.jsonl
+max_new_tokens = 64        # tokens decoded per prompt
+depth = 4                  # tree depth k, and the linear K compared at the same depth
+max_depth = 7              # deepest tree (and longest chain) the search may choose
+sizes = [4, 8, 12, 16, 24, 32]  # node budgets of the searched (Sequoia-optimal) and the dynamic trees
+dynamic_sizes = [8, 16]    # node budgets of the dynamic (EAGLE-2-style) trees that are decoded
+top_ranks = 8              # draft ranks shown in the rank profile
+cost_repeats = 5           # interleaved rounds when timing single passes
+repeats = 2                # interleaved rounds of the tokens/s comparison
+threads = 1                # CPU threads (0: torch's default); one thread is immune to the wake-up stalls
+                           # of a shared machine (chapter 1), and all runners see the same machine
+device = "cpu"
+out_dir = "../build/book/04_tree"  # figures and CSVs land here
+
+# %%
+import copy
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from scipy.optimize import isotonic_regression
+from tqdm.auto import tqdm
+
+import specdec_core as sd
+from specdec_core import bench
+from specdec_core import tree as T
+from specdec_core.lm import CachedLM
+from specdec_core.sampling import SamplingParams
+
+sns.set_theme(style="whitegrid", context="notebook")
+out = Path(out_dir)
+out.mkdir(parents=True, exist_ok=True)
+if device == "cpu" and threads:
+    torch.set_num_threads(threads)
+pair = sd.load_pair(model, draft=draft, device=device)
+prompts = sd.load_prompts(prompt_file, tasks=tasks, per_task=per_task)
+encoded = [(p, sd.prompts.encode(pair, p)) for p in prompts]
+drafter = pair.drafters.get("model")
+if drafter is None:
+    stand_in, g = copy.deepcopy(pair.target), torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, w in stand_in.named_parameters():
+            if ".layers." in name:
+                w.add_(standin_noise * w.std() * torch.randn(w.shape, generator=g))
+    drafter = sd.ModelDrafter(stand_in)
+    draft_name = f"STAND-IN: the target plus {standin_noise}σ noise (no trained draft found; run `make models`)"
+else:
+    draft_name = "the shipped draft model" if draft is None else f"{draft}"
+drafter.bind(pair.target)
+print(f"{len(prompts)} prompts, {torch.get_num_threads()} thread(s); draft: {draft_name}")
+
+
+def save(df, name):
+    df.to_csv(out / f"{name}.csv", index=False)
+    return df
+
+
+# %% [markdown]
+# ## Trees as data
+# A static tree is a list of index paths; each index is a rank among the parent's children (0 = the
+# draft's first choice). `Tree` converts the paths once into parents, depths (the position offsets), the
+# ancestor mask and the retrieve paths. The library's default tree for depth k is the first-choice chain
+# plus the second choice at every depth, the third at the root, and one grandchild of the second:
+
+# %%
+def draw_tree(ax, tree, labels=None, path=(), title=""):
+    """Nodes at (depth, row); leaves get consecutive rows, a parent sits at the mean of its children."""
+    y = {}
+
+    def place(i, nxt=[0]):
+        kids = tree.children[i]
+        for c in kids:
+            place(c)
+        if kids:
+            y[i] = np.mean([y[c] for c in kids])
+        else:
+            y[i] = nxt[0]
+            nxt[0] += 1
+
+    place(0)
+    on_path = {0, *path}
+    for i in range(1, tree.n + 1):
+        par = int(tree.parents[i])
+        ax.plot([tree.depths[par], tree.depths[i]], [y[par], y[i]],
+                color="C3" if i in on_path else "0.6", lw=2.5 if i in on_path else 1, zorder=1)
+    for i in range(tree.n + 1):
+        label = "root" if i == 0 else (labels[i - 1] if labels else str(tree.paths[i - 1][-1]))
+        ax.annotate(label, (float(tree.depths[i]), y[i]), ha="center", va="center", fontsize=8,
+                    bbox=dict(boxstyle="round", fc="C3" if i in on_path else "w", alpha=0.25 if i in on_path else 1,
+                              ec="0.4"))
+    ax.set(xlim=(-0.5, tree.depth + 0.5), ylim=(max(y.values()) + 0.8, -0.8), xlabel="depth", yticks=[],
+           title=title)
+    ax.grid(False)
+
+
+shape = T.default_tree(depth)
+print(shape, "paths:", shape.paths)
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw=dict(width_ratios=[1, 1.1]))
+draw_tree(axes[0], shape, title=f"default tree, depth {depth}: node label = rank among siblings")
+names = ["root"] + ["".join(map(str, p)) for p in shape.paths]
+sns.heatmap(pd.DataFrame(shape.mask.int().numpy(), index=names, columns=names), cbar=False, square=True,
+            linewidths=0.5, linecolor="0.85", cmap="Blues", ax=axes[1])
+axes[1].set(title="attention mask: row attends to column (and to the whole prefix)", xlabel="key node",
+            ylabel="query node (path)")
+fig.tight_layout()
+fig.savefig(out / "tree_and_mask.png", dpi=120)
+save(pd.DataFrame({"node": range(shape.n + 1), "path": ["()"] + [str(p) for p in shape.paths],
+                   "parent": shape.parents.tolist(), "depth (position offset)": shape.depths.tolist()}),
+     "default_tree")
+
+# %% [markdown]
+# ## One step, by hand
+# Draft the default tree after the first prompt, verify all its nodes in one target pass through the tree
+# mask, and walk down the tree with the greedy rule. The red path is what the step keeps.
+
+# %%
+greedy = SamplingParams()
+ids = encoded[0][1]
+cap = ids.numel() + T.tree_size(shape, depth) + 2
+lm = CachedLM(pair.target, cap)
+tok = int(lm.forward(ids, last_only=True)[-1].argmax())                      # prefill: first token
+drafter.reset(ids, cap)
+d = drafter.propose_tree(ids.tolist() + [tok], shape, depth, greedy, None)  # 1. draft
+L = lm.length
+logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + d.tree.depths,
+                    mask=d.tree.bias(L, lm.dtype, lm.device))                # 2. verify: [N+1, V]
+path, new = T.greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))       # 3. accept
+ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
+T.keep_slots(lm.cache, [L + i for i in path], start=L + 1)                  # 4. commit
+assert [l.keys.data_ptr() for l in lm.cache.layers] == ptrs and lm.length == L + 1 + len(path)
+show = (lambda t: repr(pair.tokenizer.decode([t]))) if pair.tokenizer else str
+fig, ax = plt.subplots(figsize=(10, 4.5))
+draw_tree(ax, d.tree, labels=[show(t) for t in d.tokens.tolist()], path=path,
+          title=f"drafted tree after {show(tok)}: accepted path in red")
+fig.tight_layout()
+fig.savefig(out / "one_step.png", dpi=120)
+chain_len = next((i for i, r in enumerate(d.tree.paths[c - 1][-1] for c in path) if r), len(path))
+print(f"accepted {len(path)} nodes along ranks {d.tree.paths[path[-1] - 1] if path else ()}, then the target's "
+      f"token: emits {[show(t) for t in new.tolist()]}; a chain would have kept {chain_len}")
+
+# %% [markdown]
+# ## Greedy exactness on every prompt
+# Greedy tree decoding must reproduce greedy autoregressive decoding. In float32 a tree pass and a
+# one-token pass may round differently, so a divergence is allowed only at a near-tie (the target's top-2
+# logits within 1e-3), and each one is reported. (The toy pairs of `tests/test_tree.py` check exact
+# equality in float64, for several trees and depths.)
+
+# %%
+ar_tokens, div = {}, []
+for p_, ids in tqdm(encoded, desc="greedy exactness"):
+    ar_tokens[p_.id] = ar = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens).tokens
+    tr = sd.generate(pair.target, ids, drafter=drafter, method="tree", k=depth, max_new_tokens=max_new_tokens).tokens
+    i = next((j for j, (a, b) in enumerate(zip(tr, ar)) if a != b), None)
+    if i is not None or len(tr) != len(ar):
+        lm = CachedLM(pair.target, ids.numel() + max_new_tokens + 1)
+        lg = lm.forward(torch.cat([ids, torch.tensor(ar[:i], dtype=torch.long)]), last_only=True)[-1].double()
+        top = torch.topk(lg, 2).values
+        div.append(dict(id=p_.id, token=i, top2_gap=float(top[0] - top[1])))
+print(f"{len(div)} near-tie divergences in {len(encoded)} prompts")
+assert all(x["top2_gap"] < 1e-3 for x in div), f"a greedy divergence that is not a near-tie: {div}"
+pd.DataFrame(div)
+
+# %% [markdown]
+# ## Where a tree's gain comes from: the draft's rank of the target's token
+# Under greedy decoding the accepted path follows the target's own text. Run the draft once over each
+# prompt and its greedy continuation and record, for every generated token, its **rank** in the draft's
+# logits (0 = the draft's top choice). A chain accepts only runs of rank 0; a tree with a rank-1 child at
+# some depth also survives a rank-1 token there. The ranks fix every greedy step of *any* static tree on
+# these texts, without running the model: `tree.replay_greedy` replays the steps (each starts after the
+# previous step's accepted tokens and the target's own), and `tests/test_tree.py` checks that the replay
+# equals the accepted lengths that decoding records.
+
+# %%
+ranks = {}
+for p_, ids in encoded:
+    toks = torch.tensor(ar_tokens[p_.id], dtype=torch.long)
+    dl = CachedLM(drafter.model, ids.numel() + toks.numel())
+    lg = dl.forward(torch.cat([ids, toks]))[ids.numel() - 1: -1].double()   # row j predicts token j
+    ranks[p_.id] = (lg > lg.gather(1, toks[:, None])).sum(1).tolist()
+all_ranks = np.concatenate([r[1:] for r in ranks.values()])  # token 0 comes from the prefill
+profile = pd.DataFrame({"rank": [str(r) for r in range(top_ranks)] + [f"≥{top_ranks}"],
+                        "P": [np.mean(all_ranks == r) for r in range(top_ranks)] + [np.mean(all_ranks >= top_ranks)]})
+save(profile, "rank_profile")
+fig, ax = plt.subplots(figsize=(7, 3.2))
+sns.barplot(data=profile, x="rank", y="P", color="C0", ax=ax)
+ax.set(ylabel="P(target token has this draft rank)", title=f"rank profile ({len(all_ranks)} tokens)")
+fig.tight_layout()
+fig.savefig(out / "rank_profile.png", dpi=120)
+print(f"rank 0 (a chain's acceptance rate): {profile.P[0]:.3f}; ranks 1-3 together: {profile.P[1:4].sum():.3f}")
+
+
+def replay(tree):
+    """(mean accepted draft tokens per step, steps) of greedy tree decoding on every text, from the ranks.
+    Each text's last step is left out of the mean: it may accept drafts past an EOS, which the text lacks."""
+    steps = [T.replay_greedy(tree, r) for r in ranks.values()]
+    return float(np.mean([a for st in steps for a in st[:-1]])), sum(map(len, steps))
+
+
+# %% [markdown]
+# ## Accepted length and pass cost versus tree size and shape
+# Shape families at depth k: the chain (linear SD); the spine with side leaves (ranks 1..s at every
+# depth); a wide root (b chains); the default tree; and, for each node budget n, the tree that maximizes
+# the expected accepted length under the rank profile — **Sequoia's positional model**, in which the
+# child of rank r is the accepted one with probability P(rank r) (`tree.optimal_tree`, depth ≤ `max_depth`).
+# Every static shape's accepted length comes from the replay; a subset is decoded to check it, together
+# with dynamic trees, whose shape follows the draft's probabilities at every step (`tree.Dynamic`,
+# EAGLE-2 style) and so can only be measured.
+
+# %%
+rank_p = [float(np.mean(all_ranks == r)) for r in range(max(sizes))]
+shapes = {f"chain k={k_}": ("chain", T.Tree.chain(k_)) for k_ in range(1, max_depth + 1)}
+shapes.update({f"spine+{s} sides": ("spine+sides", T.Tree.of([(0,) * (d_ - 1) + (r,) for d_ in range(1, depth + 1)
+                                                           for r in range(s + 1)])) for s in (1, 2)})
+shapes.update({f"wide root b={b}": ("wide root", T.Tree.from_branching([b] + [1] * (depth - 1))) for b in (2, 3)})
+shapes["default"] = ("default", T.default_tree(depth))
+shapes.update({f"optimal n={n}": ("optimal", T.optimal_tree(rank_p, n, max_depth)) for n in sizes})
+shapes.update({f"dynamic n={n}": ("dynamic", T.Dynamic(budget=n, width=max(2, n // depth), topk=max(2, n // depth)))
+               for n in dynamic_sizes})
+decoded = [f"chain k={depth}", "default"] + [f"optimal n={n}" for n in sizes] + [f"dynamic n={n}" for n in dynamic_sizes]
+
+rows = []
+for name, (family, sh) in shapes.items():
+    static = isinstance(sh, T.Tree)
+    acc, steps = replay(sh) if static else (np.nan, np.nan)
+    rows.append(dict(shape=name, family=family, nodes=float(sh.n if static else T.tree_size(sh, depth)),
+                     depth=sh.depth if static else depth, widths=str(sh.widths) if static else "dynamic",
+                     predicted_accept=acc, predicted_steps=steps))
+shape_df = pd.DataFrame(rows).set_index("shape")
+runs = []
+for name in tqdm(decoded, desc="decode per shape"):
+    sh = shapes[name][1]
+    k_ = sh.depth if isinstance(sh, T.Tree) else depth
+    for p_, ids in encoded:
+        s = sd.generate(pair.target, ids, drafter=drafter, method="tree", k=k_, tree=sh,
+                        max_new_tokens=max_new_tokens).stats
+        runs += [dict(shape=name, id=p_.id, task=p_.task, step=i, last=i == len(s["accepted_lengths"]) - 1,
+                      accepted=a, nodes=n_) for i, (a, n_) in enumerate(zip(s["accepted_lengths"], s["nodes_per_pass"]))]
+runs = save(pd.DataFrame(runs), "decode_per_shape")
+meas = runs[~runs["last"]].groupby("shape").agg(measured_accept=("accepted", "mean"), measured_nodes=("nodes", "mean"))
+meas["measured_steps"] = runs.groupby("shape").size()
+shape_df = shape_df.join(meas)
+dyn = shape_df.family == "dynamic"
+shape_df.loc[dyn, "nodes"] = shape_df.measured_nodes[dyn]  # dynamic trees: the mean size actually drafted
+save(shape_df.reset_index(), "accept_vs_shape")
+shape_df.drop(columns="measured_nodes").round(3)
+
+# %% [markdown]
+# Pass costs, timed side by side (`bench.time_passes`, interleaved rounds): a target pass over
+# T = N + 1 tokens after the first prompt, and a draft pass over F nodes. The mask does not change the
+# arithmetic of a pass, only which scores are kept, so plain passes of the same sizes stand in for them.
+# A pass cannot get cheaper with more tokens, so the medians are smoothed by isotonic (non-decreasing)
+# regression before they enter the cost model.
+
+# %%
+ctx = encoded[0][1]
+t_lm, d_lm = CachedLM(pair.target, ctx.numel() + 80), CachedLM(drafter.model, ctx.numel() + 80)
+t_lm.forward(ctx)
+d_lm.forward(ctx)
+
+
+def timed(lm_, n):
+    def f():
+        lm_.forward(torch.ones(n, dtype=torch.long))
+        lm_.cache.rollback(n)
+    return f
+
+
+static_nodes = {int(shape_df.nodes[s]) for s in shape_df.index[~dyn]}
+verify_T = sorted({1} | {n + 1 for n in static_nodes} | {int(round(n)) + 1 for n in shape_df.nodes[dyn]})
+draft_F = sorted({1, 2, 3, 4, 6, 8, 12, 16} | {max(2, n // depth) for n in dynamic_sizes})
+fns = {("target", n): timed(t_lm, n) for n in verify_T}
+fns.update({("draft", n): timed(d_lm, n) for n in draft_F})
+cost = bench.time_passes(fns, repeats=cost_repeats)
+cost[["model", "tokens"]] = pd.DataFrame(cost["pass"].tolist(), index=cost.index)
+cost = cost.drop(columns="pass").groupby(["model", "tokens"]).ms.agg(
+    median="median", q25=lambda x: x.quantile(0.25), q75=lambda x: x.quantile(0.75)).reset_index()
+cost["fitted"] = cost.groupby("model")["median"].transform(lambda m: isotonic_regression(m.values).x)
+save(cost, "pass_costs")
+tc, dc = (cost[cost.model == m].set_index("tokens") for m in ("target", "draft"))
+fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+sns.lineplot(data=shape_df.reset_index().melt(id_vars=["shape", "family", "nodes"], value_vars=["predicted_accept",
+             "measured_accept"], var_name="how", value_name="accepted"), x="nodes", y="accepted", hue="family",
+             style="how", markers=True, ax=axes[0])
+axes[0].set(xlabel="nodes per tree (N)", ylabel="accepted draft tokens per pass", title="acceptance vs tree size")
+for c_, name, m in ((tc, "target pass", "o"), (dc, "draft pass", "s")):
+    axes[1].errorbar(c_.index, c_["median"], yerr=[c_["median"] - c_.q25, c_.q75 - c_["median"]], fmt=m, label=name)
+    axes[1].plot(c_.index, c_.fitted, "-", color=axes[1].lines[-1].get_color())
+axes[1].set(xlabel="tokens in the pass (N + 1 for a verify pass)", ylabel="ms (median, IQR; line: isotonic fit)",
+            title="what a pass costs")
+axes[1].legend()
+fig.tight_layout()
+fig.savefig(out / "accept_and_cost_vs_size.png", dpi=120)
+print("target pass ms (fitted) by tokens:", tc.fitted.round(1).to_dict())
+
+# %% [markdown]
+# ## The best tree for this machine
+# In the spirit of Sequoia's hardware-aware trees: a step emits (accepted + 1) tokens and costs one draft
+# pass per depth (each over that depth's nodes) plus one verify pass over N + 1 tokens. With the measured
+# costs, the predicted throughput of every static shape on these texts is
+#
+#   tokens/s ≈ Σ_steps (accepted + 1) / (steps · (Σ_depths t_draft(width) + t_target(N + 1))),
+#
+# and the chains are in the same search, so the best linear K is chosen by the same rule. We pick the best
+# tree and the best chain, then **measure**: linear at depth k and at its best K, the default tree and the
+# best tree decode the same prompts, interleaved, in one run.
+
+# %%
+def step_ms(sh):
+    widths = [1] + sh.widths[:-1]  # the root pass, then every depth that has children to draft
+    return (sum(np.interp(w, dc.index, dc.fitted) for w in widths)
+            + np.interp(sh.n + 1, tc.index, tc.fitted))
+
+
+static = shape_df[~dyn].copy()
+static["step_ms"] = [step_ms(shapes[s][1]) for s in static.index]
+static["predicted_tokens_per_s"] = 1e3 * (static.predicted_accept + 1) / static.step_ms
+save(static.reset_index(), "predicted_throughput")
+branching = [max(shapes[s][1].widths) > 1 for s in static.index]  # a tree, not a chain in disguise
+best_tree = static[branching].predicted_tokens_per_s.idxmax()
+best_chain = static[static.family == "chain"].predicted_tokens_per_s.idxmax()
+fig, ax = plt.subplots(figsize=(8, 4))
+sns.scatterplot(data=static.reset_index(), x="nodes", y="predicted_tokens_per_s", hue="family", style="family",
+                s=70, ax=ax)
+for s in (best_tree, best_chain):
+    ax.annotate(s, (static.nodes[s], static.predicted_tokens_per_s[s]), textcoords="offset points", xytext=(5, 5))
+ax.set(xlabel="nodes per tree (N)", ylabel="predicted tokens/s", title="hardware-aware choice (prediction)")
+fig.tight_layout()
+fig.savefig(out / "predicted_throughput.png", dpi=120)
+print(f"best tree: {best_tree} {shapes[best_tree][1]}; best chain: {best_chain}")
+static.sort_values("predicted_tokens_per_s", ascending=False).head(8).round(2)
+
+# %%
+def runner(method, sh, k_):
+    def run(ids):
+        s = sd.generate(pair.target, ids, drafter=drafter, method=method, k=k_, tree=sh,
+                        max_new_tokens=max_new_tokens).stats
+        return {"tokens": [0] * s["new_tokens"], "tau": s["tau"], "accepted": float(np.mean(s["accepted_lengths"])),
+                "nodes": float(np.mean(s.get("nodes_per_pass", s["proposed"])))}
+    return run
+
+
+k_best = shapes[best_chain][1].depth
+runners = {f"linear K={depth}": runner("linear", None, depth)}
+if k_best != depth:
+    runners[f"linear K={k_best}"] = runner("linear", None, k_best)
+runners["tree default"] = runner("tree", None, depth)
+best_sh = shapes[best_tree][1]
+if best_tree != "default":
+    runners[f"tree {best_tree}"] = runner("tree", best_sh, best_sh.depth)
+best_run = f"tree {best_tree}" if best_tree != "default" else "tree default"
+timing = bench.run_interleaved(runners, [(dict(id=p_.id, task=p_.task), e) for p_, e in encoded], repeats=repeats)
+save(timing, "speed_runs")
+base = f"linear K={k_best}"
+ratios = bench.paired_ratios(timing, baseline=base)
+tau = timing.groupby("runner").tau.mean()
+ratios["tau_ratio"] = ratios.runner.map(tau / tau[base])
+save(ratios, "speed_ratios")
+fig, ax = plt.subplots(figsize=(9, 3.8))
+sns.boxplot(data=timing, y="runner", x="tokens_per_s", color="0.9", ax=ax)
+sns.stripplot(data=timing, y="runner", x="tokens_per_s", hue="task", ax=ax, size=4)
+ax.set(title=f"greedy tokens/s, {len(encoded)} prompts × {repeats} interleaved repeats", ylabel="")
+ax.legend(fontsize=7, loc="lower right")
+fig.tight_layout()
+fig.savefig(out / "tokens_per_s.png", dpi=120)
+summary = timing.groupby("runner").agg(tokens_per_s=("tokens_per_s", "median"), tau=("tau", "mean"),
+                                       accepted=("accepted", "mean"), nodes=("nodes", "mean"))
+print(f"paired tokens/s ratios against {base} (median, IQR):")
+display(ratios.round(3))
+summary.round(3)
+
+# %% [markdown]
+# ## Memory of tree branches in the cache
+# A tree of N nodes needs N + 1 slots of headroom past the committed tokens, reserved once when the
+# cache is built (`generate` sizes it with `tree.tree_size`); chapter 7 measures this in general. After
+# each pass only the accepted path survives: its entries are copied down by one `index_select` per layer,
+# and the rest is forgotten by moving the length. No buffer is ever reallocated.
+
+# %%
+def kv_bytes_per_slot(m):
+    c = m.config.get_text_config()
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv * hd * next(m.parameters()).element_size()
+
+
+bt, bd = kv_bytes_per_slot(pair.target), kv_bytes_per_slot(drafter.model)
+mem = save(pd.DataFrame([dict(shape=s, nodes=int(shape_df.nodes[s]), target_headroom_kb=(shape_df.nodes[s] + 1) * bt / 1e3,
+                              draft_headroom_kb=shape_df.nodes[s] * bd / 1e3,
+                              copied_per_step_kb=shape_df.measured_accept.get(s, np.nan) * (bt + bd) / 1e3)
+                         for s in decoded]), "tree_memory")
+seen = []
+orig = CachedLM.forward
+
+
+def spy(self, *a, **kw):
+    seen.append((id(self), self.cache.layers[0].keys.data_ptr()))
+    return orig(self, *a, **kw)
+
+
+CachedLM.forward = spy
+try:
+    res = sd.generate(pair.target, encoded[0][1], drafter=drafter, method="tree", k=best_sh.depth, tree=best_sh,
+                      max_new_tokens=max_new_tokens)
+finally:
+    CachedLM.forward = orig
+buffers = {lm_id: {p for i, p in seen if i == lm_id} for lm_id, _ in seen}
+assert all(len(v) == 1 for v in buffers.values()), "a cache buffer moved during decoding"
+print(f"{len(seen)} passes over {len(buffers)} caches, each on one buffer; KV per slot: target {bt / 1e3:.1f} kB, "
+      f"draft {bd / 1e3:.1f} kB")
+mem.round(1)
+
+# %% [markdown]
+# ## Conclusions, checked
+
+# %%
+chain_k = shape_df.loc[f"chain k={depth}"]
+print(f"accepted per pass: chain k={depth} {chain_k.measured_accept:.2f}, default tree "
+      f"{shape_df.measured_accept['default']:.2f}, {best_tree} {shape_df.measured_accept[best_tree]:.2f}")
+tps = ratios.set_index("runner")
+for r in tps.index:
+    print(f"{r} / {base}: tau {tps.tau_ratio[r]:.3f}×, tokens/s median {tps['median'][r]:.3f}× "
+          f"(IQR {tps.q25[r]:.3f}–{tps.q75[r]:.3f}, {int(tps.n[r])} paired calls)")
+# a tree that contains the depth-k chain accepts at least as much at every position of the text
+assert all(a >= b for r in ranks.values() for a, b in zip(T.greedy_accept_lengths(shapes["default"][1], r),
+                                                           T.greedy_accept_lengths(shapes[f"chain k={depth}"][1], r)))
+# ... and, measured by decoding, the largest tree needs fewer target passes than the depth-k chain
+assert shape_df.measured_steps[f"optimal n={max(sizes)}"] < chain_k.measured_steps
+# the replay from the draft's ranks reproduces what decoding measures: the number of target passes and the
+# accepted lengths (float32 only: a near-tie in the draft's logits may flip a rank)
+chk = shape_df.dropna(subset=["predicted_accept", "measured_accept"])
+print(chk[["predicted_steps", "measured_steps", "predicted_accept", "measured_accept"]])
+assert ((chk.predicted_steps - chk.measured_steps).abs() <= 0.02 * chk.measured_steps + 1).all()
+assert (chk.predicted_accept - chk.measured_accept).abs().max() < 0.1
+# a verify pass gets dearer with the tree: that is what bounds the best tree on this machine
+assert tc.fitted.iloc[-1] > tc.fitted.iloc[0]
+
+# %% [markdown]
+# ## Summary
+# - A tree is data: index paths → parents, position offsets, ancestor mask, retrieve paths, converted
+#   once; one target pass verifies every node through a 4D mask and per-node positions.
+# - Greedy acceptance follows the target's text, so the draft's **rank profile** predicts the accepted
+#   length of any static tree exactly per position; Sequoia's positional model turns it into the best
+#   tree for each node budget.
+# - On a CPU a verify pass costs more with every node, so the best tree is small: the search trades
+#   acceptance against pass cost with measured numbers, and the interleaved run confirms the choice.
+# - Sampling stays exact with recursive rejection sampling over siblings drawn without replacement.
+# - Only the accepted path's KV entries survive, copied down by one index copy; nothing is reallocated.
+#
+# ## Exercises
+# 1. Use the rank profile to compute the expected accepted length of `Tree.from_branching([2, 2, 2])` by
+#    hand under the positional model, and compare with `predicted_accept`.
+# 2. Sample at temperature 1 with the default tree and with the chain: how does τ change, and why do
+#    siblings drawn without replacement matter more when q is peaked?
+# 3. Double the cost of a verify token in `step_ms` (a slower machine): which tree wins now? On a GPU,
+#    where a pass over 64 tokens costs about one over 1, which would?
+# 4. Why may the number of children of a node depend on the parent's law but not on the children's
+#    own tokens? Build a shape that breaks this and find it with the χ² test of `tests/test_tree.py`.
