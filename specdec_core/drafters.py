@@ -26,7 +26,7 @@ import torch
 
 from .lm import CachedLM
 from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits
-from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, keep_slots, shape_depth
+from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, keep_slots, shape_depth, tree_size
 
 
 @dataclass
@@ -172,3 +172,45 @@ class NGramDrafter(Drafter):
             q = torch.zeros(toks.numel(), self.vocab_size, dtype=PROB_DTYPE)
             q[torch.arange(toks.numel()), toks] = 1.0
         return Draft(toks, q, passes=0)
+
+    def propose_tree(self, context, shape, k, params, generator):
+        """A trie of the continuations of several matches (longest n-gram first, latest match first), up to
+        as many branches as the shape has at its root and as many nodes as it has in all. Deterministic:
+        sibling j's law is one-hot on its token (given the siblings before it), which is what the tree
+        verifier needs to stay lossless."""
+        depth = shape_depth(shape, k)
+        branches = shape.widths[0] if isinstance(shape, Tree) else shape.topk
+        budget = tree_size(shape, k)
+        L, seen, index, tokens = len(context), set(), {(): 0}, {}
+        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+            tail = context[L - n:]
+            for start in range(L - n - 1, -1, -1):
+                cont = tuple(context[start + n:start + n + depth])
+                if context[start:start + n] != tail or not cont or cont in seen:
+                    continue
+                seen.add(cont)
+                path = ()
+                for t in cont:  # insert into the trie: follow a sibling with this token, else a new child
+                    kids = [p for p in index if len(p) == len(path) + 1 and p[:-1] == path]
+                    same = [p for p in kids if tokens[p] == t]
+                    if same:
+                        path = same[0]
+                    elif len(tokens) < budget:
+                        path = path + (len(kids),)
+                        index[path], tokens[path] = len(index), t
+                    else:
+                        break
+                if len(seen) >= branches or len(tokens) >= budget:
+                    break
+            if len(seen) >= branches or len(tokens) >= budget:
+                break
+        tree = Tree.of(list(tokens))
+        toks = torch.tensor([tokens[p] for p in tree.paths], dtype=torch.long)
+        q = None
+        if not params.greedy:
+            q = torch.zeros(toks.numel(), self.vocab_size, dtype=PROB_DTYPE)
+            q[torch.arange(toks.numel()), toks] = 1.0
+        return TreeDraft(tree, toks, q, passes=0)
+
+    def accept_path(self, path):
+        pass

@@ -318,10 +318,10 @@ def _toy_sequence_law(target, prompt, n, params):
     return law
 
 
-def _toy_samples(toy, prompt, n, params, N, tree, k):
+def _toy_samples(toy, prompt, n, params, N, tree, k, drafter="model"):
     out = []
     for s in range(N):
-        res = sd.generate(toy.target, prompt, drafter=toy.drafters["model"], method="tree", k=k, tree=tree,
+        res = sd.generate(toy.target, prompt, drafter=toy.drafters[drafter], method="tree", k=k, tree=tree,
                           max_new_tokens=n, temperature=params.temperature, top_k=params.top_k, seed=s)
         out.append(res.tokens)
     return np.array(out)
@@ -341,6 +341,20 @@ def test_toy_tree_sequence_law(toy, toy_law, shape):
     with torch.inference_mode():
         samples = _toy_samples(toy, [1, 2, 3], 3, params, 1000, shape, k=2)
     assert _chi2_pvalue(samples, law, 8) > ALPHA
+
+
+def test_toy_ngram_trie_sequence_law(toy):
+    """Deterministic siblings: the n-gram trie offers 3, 4 and 5 after "1 2" (one-hot laws, each given the
+    siblings before it); 3 tokens (top-k 3) must still follow the target's law."""
+    prompt = [1, 2, 3, 1, 2, 4, 6, 1, 2, 5, 7, 1, 2]
+    params = SamplingParams(temperature=1.0, top_k=3)
+    d = toy.drafters["ngram"]
+    d.bind(toy.target)
+    first = d.propose_tree(prompt, Tree.from_branching([3, 1]), 2, params, None)
+    assert first.tree.widths == [3, 3] and first.tokens.tolist() == [5, 4, 3, 7, 6, 1]
+    with torch.inference_mode():
+        samples = _toy_samples(toy, prompt, 3, params, 1000, Tree.from_branching([3, 1]), k=2, drafter="ngram")
+    assert _chi2_pvalue(samples, _toy_sequence_law(toy.target, prompt, 3, params), 8) > ALPHA
 
 
 def test_toy_mutant_residual_not_updated_is_caught(toy, toy_law, monkeypatch):
