@@ -1,0 +1,464 @@
+"""Exactness statistics: does a decoder emit the target's law p? Tests that could fail.
+
+Every sample goes through the real code path, :func:`specdec_core.generate`, with seeds
+``seed0, seed0 + 1, …`` (one per continuation). The reference is exact: for a toy target the law of
+every length-``n`` continuation is enumerated with the same :func:`~specdec_core.sampling.process_logits`.
+
+- :func:`sequence_law`      exact law of all ``V**n`` continuations (one batched target pass).
+- :func:`sample_sequences`  ``N`` continuations through ``generate`` (plus the acceptance record).
+- :func:`gof_test`          Pearson (or G) goodness of fit, small expected counts pooled.
+- :func:`holm`              Holm's step-down adjustment across a family of tests.
+- :func:`tv_upper_bound`    an upper confidence bound on TV(law sampled, p): equivalence, not only non-rejection.
+- :func:`power`, :func:`samples_needed`, :func:`least_favourable`: power analysis for a given TV.
+- :func:`homogeneity_test`, :func:`conditional_counts`, :func:`next_token_laws`: checks on a real target.
+
+Notation: p = target law, q = draft law. Cells are continuations indexed lexicographically,
+``index(x) = Σ_t x_t · V**(n-1-t)``.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy import optimize, stats
+
+from .decode import generate
+from .sampling import SamplingParams, process_logits
+
+
+# -- exact laws --------------------------------------------------------------------------------
+@torch.inference_mode()
+def next_token_laws(target, ids, params: SamplingParams) -> torch.Tensor:
+    """One target pass over ``ids [S]`` → ``[S, V]`` processed next-token laws (row t: p(· | ids[:t+1]))."""
+    ids = torch.as_tensor(ids, dtype=torch.long).view(1, -1).to(next(target.parameters()).device)
+    return process_logits(target(input_ids=ids).logits[0], params).cpu()
+
+
+@torch.inference_mode()
+def sequence_law(target, prompt, n: int, params: SamplingParams) -> np.ndarray:
+    """Exact law ``[V**n]`` (float64) of the ``n`` tokens generated after ``prompt`` under ``params``.
+
+    All ``V**(n-1)`` prefixes run in one batched pass (causal: position t sees only its prefix);
+    P(x) = Π_t p(x_t | prompt, x_<t), each factor from :func:`process_logits`.
+    """
+    V = target.config.get_text_config().vocab_size
+    if n < 1 or V ** n > 2 ** 20:
+        raise ValueError(f"cannot enumerate {V}**{n} continuations: need n >= 1 and V**n <= 2**20")
+    prompt = torch.as_tensor(prompt, dtype=torch.long).view(-1)
+    L = prompt.numel()
+    prefixes = torch.tensor(list(itertools.product(range(V), repeat=n - 1)), dtype=torch.long).view(-1, n - 1)
+    M = prefixes.shape[0]
+    ids = torch.cat([prompt.expand(M, L), prefixes], 1).to(next(target.parameters()).device)
+    p = process_logits(target(input_ids=ids).logits[:, L - 1:], params).cpu()  # [M, n, V]
+    prefix_prob = torch.ones(M, dtype=p.dtype)
+    for t in range(n - 1):
+        prefix_prob *= p[torch.arange(M), t, prefixes[:, t]]
+    law = (prefix_prob[:, None] * p[:, n - 1]).reshape(-1).numpy()
+    assert abs(law.sum() - 1.0) < 1e-9, "sequence law does not sum to 1"
+    return law
+
+
+def cell_index(tokens: np.ndarray, V: int) -> np.ndarray:
+    """Continuations ``[N, n]`` → lexicographic cell indices ``[N]``."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    return tokens @ (V ** np.arange(tokens.shape[1] - 1, -1, -1, dtype=np.int64))
+
+
+# -- sampling through the real code path --------------------------------------------------------
+@contextmanager
+def torch_threads(n: int | None):
+    """Run with ``n`` intra-op threads (tiny toy models are fastest, and machine-independent, on one)."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@dataclass
+class Samples:
+    """``tokens [N, n]``; per speculative step: ``accepted`` / ``proposed`` lengths and, for the linear
+    loop, ``overlap``: the step's mean Σ min(p, q) over its draft positions (steps with a draft only)."""
+
+    tokens: np.ndarray
+    accepted: np.ndarray
+    proposed: np.ndarray
+    overlap: np.ndarray
+
+    def counts(self, V: int) -> np.ndarray:
+        return np.bincount(cell_index(self.tokens, V), minlength=V ** self.tokens.shape[1])
+
+
+def sample_sequences(target, prompt, n: int, N: int, params: SamplingParams, method: str = "autoregressive",
+                     drafter=None, k: int = 2, seed0: int = 0, tree=None, threads: int | None = None) -> Samples:
+    """``N`` continuations of ``n`` tokens, ``generate(..., seed=seed0 + i)`` for i < N."""
+    toks, acc, prop, ov = [], [], [], []
+    with torch_threads(threads):
+        for i in range(N):
+            res = generate(target, prompt, drafter=drafter, method=method, k=k, max_new_tokens=n,
+                           temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                           seed=seed0 + i, tree=tree)
+            if len(res.tokens) != n:
+                raise RuntimeError(f"seed {seed0 + i}: {method} returned {len(res.tokens)} tokens, expected {n}")
+            toks.append(res.tokens)
+            acc += res.stats["accepted_lengths"]
+            prop += res.stats["proposed"]
+            ov += res.stats["tv_alpha"]
+    return Samples(np.array(toks, dtype=np.int64), np.array(acc), np.array(prop), np.array(ov))
+
+
+def setting_params(setting: dict) -> SamplingParams:
+    """A setting ``{"name": ..., "temperature": ..., "top_k": ..., "top_p": ...}`` → :class:`SamplingParams`."""
+    return SamplingParams(float(setting.get("temperature", 1.0)), int(setting.get("top_k", 0)),
+                          float(setting.get("top_p", 1.0)))
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """``"linear:model"`` → ("linear", "model"); ``"autoregressive"`` → ("autoregressive", None)."""
+    method, _, drafter = spec.partition(":")
+    return method, (drafter or None)
+
+
+def unavailable(pair, spec: str) -> str | None:
+    """Why ``spec`` cannot run on ``pair`` yet (None when it can): unknown method, a strategy module that
+    has not landed, or a drafter the pair lacks."""
+    import importlib.util
+
+    from .decode import METHODS
+
+    method, drafter = parse_spec(spec)
+    if method not in METHODS:
+        return f"unknown method {method!r} (sd.METHODS = {METHODS})"
+    if method != "autoregressive" and drafter is None:
+        return f"{spec!r} names no drafter (write method:drafter, e.g. 'linear:model')"
+    if method in ("tree", "parallel") and importlib.util.find_spec(f"specdec_core.{method}") is None:
+        return f"specdec_core.{method} has not landed yet"
+    if drafter is not None and drafter not in pair.drafters:
+        return f"the pair {pair.name!r} has no {drafter!r} drafter (it has {sorted(pair.drafters)})"
+    return None
+
+
+# -- goodness of fit ---------------------------------------------------------------------------
+def pool_cells(probs: np.ndarray, N: int, min_expected: float = 5.0) -> tuple[np.ndarray, bool]:
+    """Bin label per cell: cells with ``N·p >= min_expected`` stay alone, the rest share bin 0
+    (grown by the smallest singletons until it too reaches ``min_expected``); ``-1`` marks p = 0.
+    Returns (labels, whether bin 0 is a pooled bin)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    labels = np.full(probs.shape, -1, dtype=np.int64)
+    support = np.flatnonzero(probs > 0)
+    order = support[np.argsort(probs[support], kind="stable")]  # ascending
+    expected = N * probs[order]
+    big = expected >= min_expected
+    n_rare = int((~big).sum())
+    if 0 < n_rare:
+        while n_rare < len(order) and expected[:n_rare].sum() < min_expected:
+            n_rare += 1  # the rare bin is still too small: absorb the next-smallest cell
+    labels[order[:n_rare]] = 0
+    labels[order[n_rare:]] = np.arange(len(order) - n_rare) + (1 if n_rare else 0)
+    return labels, n_rare > 0
+
+
+@dataclass
+class Gof:
+    statistic: float
+    df: int
+    pvalue: float  # Monte Carlo under the exact law (exactly calibrated); asymptotic if mc = 0
+    pvalue_asymptotic: float  # scipy's χ²(df) approximation
+    bins: int
+    rare_mass: float  # p-mass of the pooled bin
+    impossible: int  # samples in cells with p = 0 (any one rejects outright)
+    N: int
+
+
+def _divergence(obs: np.ndarray, exp: np.ndarray, lambda_: str) -> np.ndarray:
+    """Pearson X² or G = 2 Σ o log(o / e) along the last axis (the same arithmetic for data and null)."""
+    if lambda_ == "pearson":
+        return ((obs - exp) ** 2 / exp).sum(-1)
+    if lambda_ == "log-likelihood":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 2 * np.where(obs > 0, obs * np.log(obs / exp), 0.0).sum(-1)
+    raise ValueError(f"lambda_ must be 'pearson' or 'log-likelihood', got {lambda_!r}")
+
+
+@functools.lru_cache(maxsize=32)
+def _null(bin_probs: tuple, N: int, B: int, seed: int, lambda_: str) -> np.ndarray:
+    """B statistics of multinomial(N, bin_probs) samples: the exact null distribution, simulated."""
+    p = np.array(bin_probs)
+    draws = np.random.default_rng(seed).multinomial(N, p, size=B)
+    return np.round(_divergence(draws, N * p, lambda_), 9)
+
+
+def gof_test(counts, probs, min_expected: float = 5.0, lambda_: str = "pearson", mc: int = 99999,
+             seed: int = 0) -> Gof:
+    """Goodness of fit of ``counts [C]`` to the exact law ``probs [C]``: Pearson's X² (or the G-test,
+    ``lambda_="log-likelihood"``) over bins, cells with expected count < ``min_expected`` pooled
+    (:func:`pool_cells`). A sample in a cell with p = 0 gives p-value 0.
+
+    The p-value ranks the statistic among ``mc`` statistics simulated under the exact law (a parametric
+    bootstrap), ties broken at random by a uniform drawn from ``seed``: uniform under the null at any N.
+    The simulation is shared by all calls with the same law and N (cached), which shifts a rejection rate
+    by at most ~sqrt(α/mc) (0.0003 at α = 0.01); independent samples should get different seeds.
+    ``pvalue_asymptotic`` is scipy's χ²(df) approximation, slightly liberal when many bins have small
+    expected counts. Smallest attainable p-value: 1 / (mc + 1).
+    """
+    counts, probs = np.asarray(counts, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+    N = int(counts.sum())
+    labels, pooled = pool_cells(probs, N, min_expected)
+    impossible = int(counts[labels < 0].sum())
+    nb = int(labels.max()) + 1
+    if nb < 2:
+        raise ValueError(f"{N} samples leave fewer than 2 bins with expected count >= {min_expected}")
+    obs = np.bincount(labels[labels >= 0], weights=counts[labels >= 0], minlength=nb)
+    bin_p = np.bincount(labels[labels >= 0], weights=probs[labels >= 0], minlength=nb)
+    bin_p /= bin_p.sum()
+    n_ok = int(obs.sum())
+    rare = float(bin_p[0]) if pooled else 0.0
+    _, pv_asym = stats.power_divergence(obs, bin_p * n_ok, lambda_=lambda_)
+    stat = round(float(_divergence(obs, bin_p * n_ok, lambda_)), 9)
+    pv = float(pv_asym)
+    if mc:
+        null = _null(tuple(bin_p.tolist()), n_ok, int(mc), 0, lambda_)
+        u = np.random.default_rng([int(seed), 7]).random()
+        pv = float(((null > stat).sum() + u * ((null == stat).sum() + 1)) / (mc + 1))
+    if impossible:
+        pv = pv_asym = 0.0
+    return Gof(stat, nb - 1, pv, float(pv_asym), nb, rare, impossible, N)
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values: reject test i at family-wise level α iff adjusted[i] < α."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adj = np.maximum.accumulate((m - np.arange(m)) * p[order]).clip(max=1.0)
+    out = np.empty_like(adj)
+    out[order] = adj
+    return out
+
+
+def binomial_interval(successes: int, trials: int, conf: float = 0.99) -> tuple[float, float]:
+    """Clopper–Pearson interval for a proportion."""
+    a = 1 - conf
+    lo = stats.beta.ppf(a / 2, successes, trials - successes + 1) if successes else 0.0
+    hi = stats.beta.ppf(1 - a / 2, successes + 1, trials - successes) if successes < trials else 1.0
+    return float(lo), float(hi)
+
+
+def acceptance_z(samples: Samples) -> float:
+    """z-score of the measured acceptance against α = Σ min(p, q), for single-token drafts (k = 1):
+    step i accepts with probability α_i, so Σ (accepted_i − α_i) / sqrt(Σ α_i (1 − α_i)) ≈ N(0, 1)."""
+    drafted = samples.proposed > 0
+    if not (samples.proposed[drafted] == 1).all() or drafted.sum() != len(samples.overlap):
+        raise ValueError("acceptance_z needs linear runs with single-token drafts (k = 1)")
+    a, acc = samples.overlap, samples.accepted[drafted]
+    return float((acc - a).sum() / np.sqrt((a * (1 - a)).sum()))
+
+
+# -- equivalence and power -----------------------------------------------------------------------
+@dataclass
+class TVBound:
+    tv_upper: float  # TV(sampled law, p) <= tv_upper with confidence `conf`
+    pooled_upper: float  # bound on the pooled law (½·sqrt(χ²-divergence upper bound))
+    rare_mass: float  # p-mass of the pooled bin (added: TV loses at most this by pooling)
+    zero_upper: float  # upper bound on the sampled mass outside p's support
+    lambda_upper: float  # upper bound on the noncentrality N·χ²(Q‖p)
+    conf: float
+    N: int
+
+
+def _lambda_upper(x2: float, df: int, tail: float) -> float:
+    """Largest noncentrality λ with P(χ²(df, λ) <= x2) >= tail."""
+    if stats.chi2.cdf(x2, df) <= tail:
+        return 0.0
+    hi = 1.0
+    while stats.ncx2.cdf(x2, df, hi) > tail:
+        hi *= 2
+    return float(optimize.brentq(lambda lam: stats.ncx2.cdf(x2, df, lam) - tail, 0.0, hi, xtol=1e-10))
+
+
+def tv_upper_bound(counts, probs, conf: float = 0.95, min_expected: float = 5.0) -> TVBound:
+    """Upper confidence bound on TV(Q, p), Q the law that produced ``counts``.
+
+    Pearson's X² on the pooled cells is ≈ χ²(df, λ) with λ = N·χ²(Q‖p); invert it for λ_up. Cauchy–Schwarz
+    gives TV ≤ ½·sqrt(χ²(Q‖p)) (equality for the least favourable Q, see :func:`least_favourable`), so
+    TV_pooled ≤ ½·sqrt(λ_up / N). Pooling hides at most the pooled bin's p-mass, and mass outside p's
+    support is bounded by Clopper–Pearson; the two confidence statements split 1 − conf (Bonferroni).
+    """
+    counts, probs = np.asarray(counts, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+    g = gof_test(counts, probs, min_expected, mc=0)  # the statistic only
+    N = g.N
+    tail = (1 - conf) / 2
+    lam = _lambda_upper(g.statistic, g.df, tail)
+    pooled = 0.5 * np.sqrt(lam / (N - g.impossible))
+    zero = binomial_interval(g.impossible, N, 1 - 2 * tail)[1] if (probs == 0).any() else 0.0
+    return TVBound(float(pooled + g.rare_mass + zero), float(pooled), g.rare_mass, zero, lam, conf, N)
+
+
+def least_favourable(probs: np.ndarray, tv: float) -> np.ndarray:
+    """The law Q at TV(Q, p) = tv with the smallest χ²(Q‖p) (≈ 4·tv²): p tilted up on a half of its mass
+    and down on the other, Q = p + tv·(p·1_S / p(S) − p·1_Sᶜ / p(Sᶜ)) with p(S) as close to ½ as possible."""
+    probs = np.asarray(probs, dtype=np.float64)
+    order = np.argsort(-probs, kind="stable")
+    S = np.zeros(probs.shape, dtype=bool)
+    mass = 0.0
+    for i in order:  # greedy balancing: put each cell on the lighter side
+        if mass + probs[i] <= 0.5 or mass == 0.0:
+            S[i], mass = True, mass + probs[i]
+    q = probs + tv * (np.where(S, probs / mass, 0.0) - np.where(~S, probs / (1 - mass), 0.0))
+    if (q < 0).any():
+        raise ValueError(f"tv = {tv} is too large for a proportional tilt of p")
+    return q / q.sum()
+
+
+def pooled_df(probs, N: int, min_expected: float = 5.0) -> int:
+    return int(pool_cells(probs, N, min_expected)[0].max())
+
+
+def power(tv: float, N: int, df: int, alpha: float) -> float:
+    """Power of the level-α Pearson test with ``df`` degrees of freedom against the least favourable
+    law at TV = tv (noncentrality λ = 4·tv²·N)."""
+    return float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, 4 * tv * tv * N))
+
+
+def samples_needed(tv: float, probs, alpha: float, target_power: float = 0.99, min_expected: float = 5.0) -> int:
+    """Smallest N (to 1%) at which the pooled test detects TV = tv with ``target_power`` (df grows with N)."""
+    lo, hi = 2, 2
+    while power(tv, hi, max(pooled_df(probs, hi, min_expected), 1), alpha) < target_power:
+        lo, hi = hi, hi * 2
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        ok = power(tv, mid, max(pooled_df(probs, mid, min_expected), 1), alpha) >= target_power
+        lo, hi = (lo, mid) if ok else (mid, hi)
+    return hi
+
+
+def simulate_pvalues(probs, law, N: int, reps: int, seed: int, min_expected: float = 5.0,
+                     asymptotic: bool = False) -> np.ndarray:
+    """p-values of :func:`gof_test` against ``probs`` for ``reps`` multinomial samples of size N from ``law``
+    (Monte Carlo p-values, or scipy's asymptotic ones with ``asymptotic=True``)."""
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(N, np.asarray(law) / np.sum(law), size=reps)
+    gofs = [gof_test(c, probs, min_expected, mc=0 if asymptotic else 99999, seed=seed + i) for i, c in enumerate(draws)]
+    return np.array([g.pvalue for g in gofs])
+
+
+# -- real targets: conditional fit and two-sample homogeneity ----------------------------------------
+def conditional_counts(tokens: np.ndarray, prefix) -> np.ndarray:
+    """Next tokens emitted right after ``prefix`` by the rows of ``tokens [N, m]`` that start with it."""
+    j = len(prefix)
+    rows = (tokens[:, :j] == np.asarray(prefix, dtype=np.int64)).all(1) if j else np.ones(len(tokens), bool)
+    return tokens[rows, j]
+
+
+def homogeneity_test(a: np.ndarray, b: np.ndarray, min_expected: float = 5.0, mc: int = 9999, seed: int = 0):
+    """Two-sample test that continuations ``a [Na, m]`` and ``b [Nb, m]`` share one law: Pearson's χ² of
+    the 2 × C table of sequence counts, with a permutation p-value (``mc`` tables drawn with the observed
+    margins from ``seed``, ties broken at random): exact at any N. Sequences with expected count
+    < ``min_expected`` in the smaller sample share one column (if none is that common: the most frequent
+    sequence against the rest). Returns (statistic, df, p-value, columns)."""
+    keys = sorted({tuple(r) for r in a} | {tuple(r) for r in b})
+    if len(keys) < 2:
+        raise ValueError("both samples hold one and the same sequence: nothing to compare")
+    idx = {kk: i for i, kk in enumerate(keys)}
+    ca = np.bincount([idx[tuple(r)] for r in a], minlength=len(keys))
+    cb = np.bincount([idx[tuple(r)] for r in b], minlength=len(keys))
+    tot = ca + cb
+    common = tot * min(len(a), len(b)) / (len(a) + len(b)) >= min_expected
+    if not common.any():
+        common = tot == tot.max()
+        common[np.flatnonzero(common)[1:]] = False
+    cols_a, cols_t = list(ca[common]), list(tot[common])
+    if (~common).any():
+        cols_a.append(ca[~common].sum())
+        cols_t.append(tot[~common].sum())
+    cols_a, cols_t = np.array(cols_a), np.array(cols_t)
+    na, n = len(a), len(a) + len(b)
+
+    def chi2(xa):  # xa [..., C] counts of sample a per column; margins fixed
+        ea = cols_t * na / n
+        eb = cols_t * (n - na) / n
+        return np.round(((xa - ea) ** 2 / ea + (cols_t - xa - eb) ** 2 / eb).sum(-1), 9)
+
+    stat = float(chi2(cols_a))
+    rng = np.random.default_rng([int(seed), 11])
+    u = rng.random()
+    null = chi2(rng.multivariate_hypergeometric(cols_t, na, size=mc))
+    pv = float(((null > stat).sum() + u * ((null == stat).sum() + 1)) / (mc + 1))
+    return stat, len(cols_t) - 1, pv, len(cols_t)
+
+
+# -- greedy ------------------------------------------------------------------------------------
+@torch.inference_mode()
+def first_divergence(target, prompt, tokens: list[int], reference: list[int]):
+    """(index, top-2 logit gap of the target there) of the first difference between two greedy
+    outputs, or (None, None) if they agree. A float32 divergence is excused only at a near-tie."""
+    i = next((i for i, (x, y) in enumerate(zip(tokens, reference)) if x != y), None)
+    if i is None:
+        return (None, None) if len(tokens) == len(reference) else (min(len(tokens), len(reference)), None)
+    ids = torch.cat([torch.as_tensor(prompt, dtype=torch.long).view(-1), torch.tensor(reference[:i], dtype=torch.long)])
+    logits = target(input_ids=ids.view(1, -1).to(next(target.parameters()).device)).logits[0, -1].double()
+    top = torch.topk(logits, 2).values
+    return i, float(top[0] - top[1])
+
+
+# -- the checks, as the book and the tests run them ------------------------------------------------
+def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0, min_expected: float = 5.0,
+               threads: int | None = 1, skip_unavailable: bool = True):
+    """Sequence-level goodness of fit of every available (spec, setting, k) against the exact law.
+
+    Returns ``(rows, samples)``: one dict per run (spec, setting, k, N, statistic, df, pvalue, p_holm
+    (Holm across all rows), impossible, tv_upper, acceptance and, for linear k = 1, acceptance_z) and
+    the :class:`Samples` keyed by (spec, setting name, k). Unavailable specs raise unless skipped.
+    """
+    V = pair.target.config.get_text_config().vocab_size
+    rows, samples = [], {}
+    for setting in settings:
+        params = setting_params(setting)
+        law = sequence_law(pair.target, prompt, n, params)
+        for spec in specs:
+            why = unavailable(pair, spec)
+            if why:
+                if skip_unavailable:
+                    continue
+                raise ValueError(why)
+            method, dname = parse_spec(spec)
+            for k in ([ks[0]] if method == "autoregressive" else ks):
+                s = sample_sequences(pair.target, prompt, n, N, params, method, pair.drafters.get(dname), k=k,
+                                     seed0=seed0, threads=threads)
+                c = s.counts(V)
+                g = gof_test(c, law, min_expected, seed=seed0 + len(rows))
+                z = acceptance_z(s) if method == "linear" and k == 1 and len(s.overlap) else float("nan")
+                rows.append(dict(spec=spec, setting=setting["name"], k=k if method != "autoregressive" else 0,
+                                 N=N, statistic=g.statistic, df=g.df, pvalue=g.pvalue, impossible=g.impossible,
+                                 tv_upper=tv_upper_bound(c, law, min_expected=min_expected).tv_upper,
+                                 acceptance=float(s.accepted.sum() / max(s.proposed.sum(), 1)),
+                                 predicted_alpha=float(s.overlap.mean()) if len(s.overlap) else float("nan"),
+                                 acceptance_z=z))
+                samples[(spec, setting["name"], k)] = s
+    for r, a in zip(rows, holm([r["pvalue"] for r in rows])):
+        r["p_holm"] = float(a)
+    return rows, samples
+
+
+def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int = 0, min_expected: float = 5.0,
+                threads: int | None = 1):
+    """Run the negative control ``name`` (:data:`specdec_core.mutants.CONTROLS`) through ``generate`` on
+    ``pair`` in the setting where its bug bites; returns (:class:`Gof` against the exact law, :class:`Samples`)."""
+    from . import mutants
+
+    c = mutants.CONTROLS[name]
+    params = setting_params(c["setting"])
+    drafter = pair.drafters["model"]
+    if c.get("drafter") == "raw_logits_q":
+        drafter = mutants.RawLogitsQ(drafter)
+    V = pair.target.config.get_text_config().vocab_size
+    law = sequence_law(pair.target, prompt, n, params)
+    with mutants.use_rule(c["rule"]):
+        s = sample_sequences(pair.target, prompt, n, N, params, "linear", drafter, k=k, seed0=seed0, threads=threads)
+    return gof_test(s.counts(V), law, min_expected, seed=seed0), s

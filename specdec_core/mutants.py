@@ -1,0 +1,233 @@
+"""Negative controls: deliberately wrong acceptance rules and drafters. Never use them to decode.
+
+The exactness tests (``tests/test_exactness.py``, ``book/02_exactness.py``) must *fail* on each of these;
+a statistic that passes a known-lossy sampler proves nothing. Each rule has the signature of
+:func:`specdec_core.verify.speculative_sample` and is run through the real loop with :func:`use_rule`.
+
+Some bugs are harmless when written literally, so each is given the form it takes in real code:
+
+- **residual from p** (:func:`residual_from_p`): at a rejection, sample p instead of norm(max(0, p − q)).
+- **missing bonus token.** Literally dropping the bonus while keeping the loop's bookkeeping consistent
+  (:func:`no_bonus_literal`) only wastes it: the next step samples p anyway. In a loop written for the
+  bonus (ours, gpt-fast) the last accepted draft is already in the target's cache, so dropping the bonus
+  feeds it twice (:func:`no_bonus`); the other common form is an off-by-one that draws the bonus from
+  the last draft position's row p_{K-1} instead of p_K (:func:`bonus_wrong_row`).
+- **acceptance without min(1, ·).** ``u < p/q`` equals ``u < min(1, p/q)`` for u ∈ [0, 1)
+  (:func:`no_min_literal`, bit-identical outputs). The uncapped ratio does harm where it is reused: the
+  residual written as p − a·q with a = p/q instead of min(1, p/q) vanishes on q's support
+  (:func:`no_min_residual`); forgetting the ratio altogether accepts with probability p(x) (:func:`accept_with_p`).
+- **Medusa-style typical acceptance** (:func:`typical_acceptance`): accept x if p(x) > min(ε, δ·e^{−H(p)}).
+- **q from raw logits while sampling from processed ones** (:class:`RawLogitsQ`, a drafter wrapper;
+  transformers issues #32867, #47932).
+
+Notation: p = target law, q = draft law.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from . import linear as _linear
+from .drafters import Draft, ModelDrafter
+from .sampling import PROB_DTYPE, choose, sample
+from .verify import speculative_sample
+
+
+def _accept(x, draft_probs, target_probs, generator):
+    """The correct acceptance step: (n accepted, K)."""
+    K = x.numel()
+    if not K:
+        return 0, 0
+    rows = torch.arange(K)
+    px, qx = target_probs[rows, x], draft_probs[rows, x]
+    u = torch.rand(K, generator=generator, dtype=target_probs.dtype)
+    return int((u * qx < px).to(torch.int64).cumprod(0).sum()), K
+
+
+def _residual(p, q):
+    r = (p - q).clamp_min(0.0)
+    return r / r.sum() if r.sum() > 0 else p
+
+
+def _last(n, K, draft_probs, target_probs, generator):
+    """The correct last token: residual sample at a rejection, bonus sample of p_K otherwise."""
+    law = _residual(target_probs[n], draft_probs[n]) if n < K else target_probs[K]
+    return sample(law, generator)
+
+
+def residual_from_p(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT: at the first rejection emit a sample of p_n instead of norm(max(0, p_n − q_n))."""
+    n, K = _accept(draft_tokens, draft_probs, target_probs, generator)
+    last = sample(target_probs[min(n, K)], generator)
+    return torch.cat([draft_tokens[:n], last.view(1)]), n
+
+
+def no_bonus(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT: when all K drafts are accepted return them without a bonus token (n = K); the loop then
+    treats the last draft as not yet seen by the target and feeds it a second time."""
+    x = draft_tokens
+    n, K = _accept(x, draft_probs, target_probs, generator)
+    if K and n == K:
+        return x.clone(), K
+    last = _last(n, K, draft_probs, target_probs, generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def no_bonus_literal(draft_tokens, draft_probs, target_probs, generator):
+    """HARMLESS literal form: no bonus, but report n = K − 1 so the last draft plays the 'last token'.
+    The bonus is wasted, the emitted law is still p."""
+    x = draft_tokens
+    n, K = _accept(x, draft_probs, target_probs, generator)
+    if K and n == K:
+        return x.clone(), K - 1
+    last = _last(n, K, draft_probs, target_probs, generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def bonus_wrong_row(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT (off by one): the bonus is drawn from p_{K-1}, the last draft position's row, not p_K."""
+    x = draft_tokens
+    n, K = _accept(x, draft_probs, target_probs, generator)
+    if n == K:
+        last = sample(target_probs[max(K - 1, 0)], generator)
+    else:
+        last = _last(n, K, draft_probs, target_probs, generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def no_min_literal(draft_tokens, draft_probs, target_probs, generator):
+    """HARMLESS literal form: accept iff u < p/q, uncapped. For u ∈ [0, 1), u < p/q ⇔ u < min(1, p/q):
+    same decisions, same random stream, bit-identical outputs."""
+    x = draft_tokens
+    K = x.numel()
+    n = 0
+    if K:
+        rows = torch.arange(K)
+        ratio = target_probs[rows, x] / draft_probs[rows, x]  # no min(1, ·)
+        u = torch.rand(K, generator=generator, dtype=target_probs.dtype)
+        n = int((u < ratio).to(torch.int64).cumprod(0).sum())
+    last = _last(n, K, draft_probs, target_probs, generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def no_min_residual(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT: the residual written as p − a·q with the uncapped a = p/q (instead of min(1, p/q), which
+    gives max(0, p − q)). It vanishes on q's support; the same zero-mass guard as
+    :func:`~specdec_core.verify.speculative_sample` then falls back to p."""
+    x = draft_tokens
+    n, K = _accept(x, draft_probs, target_probs, generator)
+    if n < K:
+        p, q = target_probs[n], draft_probs[n]
+        a = torch.where(q > 0, p / q.clamp_min(1e-300), torch.zeros_like(p))  # no min(1, ·)
+        r = (p - a * q).clamp_min(0.0)
+        last = sample(r / r.sum() if r.sum() > 1e-12 else p, generator)
+    else:
+        last = sample(target_probs[K], generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def accept_with_p(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT: accept x with probability p(x) (the ratio's q forgotten), correct residual and bonus."""
+    x = draft_tokens
+    K = x.numel()
+    n = 0
+    if K:
+        u = torch.rand(K, generator=generator, dtype=target_probs.dtype)
+        n = int((u < target_probs[torch.arange(K), x]).to(torch.int64).cumprod(0).sum())
+    last = _last(n, K, draft_probs, target_probs, generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+def typical_acceptance(draft_tokens, draft_probs, target_probs, generator, epsilon: float = 0.09,
+                       delta: float = 0.3):
+    """MUTANT (lossy by design): Medusa's typical acceptance (defaults posterior_threshold = 0.09,
+    posterior_alpha = 0.3). Accept x_i while p_i(x_i) > min(ε, δ·exp(−H(p_i))); then sample p_n."""
+    x = draft_tokens
+    K = x.numel()
+    n = 0
+    if K:
+        p = target_probs[:K]
+        entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)
+        threshold = torch.minimum(torch.full_like(entropy, epsilon), delta * torch.exp(-entropy))
+        n = int((p[torch.arange(K), x] > threshold).to(torch.int64).cumprod(0).sum())
+    last = sample(target_probs[n], generator)
+    return torch.cat([x[:n], last.view(1)]), n
+
+
+T1 = {"name": "T=1", "temperature": 1.0}
+T07_K4 = {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4}
+T05_K3 = {"name": "T=0.5, top-k=3", "temperature": 0.5, "top_k": 3}
+
+RULES = {
+    "residual_from_p": residual_from_p,
+    "no_bonus": no_bonus,
+    "bonus_wrong_row": bonus_wrong_row,
+    "no_min_residual": no_min_residual,
+    "accept_with_p": accept_with_p,
+    "typical_acceptance": typical_acceptance,
+    "no_bonus_literal": no_bonus_literal,
+    "no_min_literal": no_min_literal,
+}
+HARMLESS = ("no_bonus_literal", "no_min_literal")
+
+# Each control runs through the linear loop with the model drafter, in a setting where its bug bites
+# (e.g. raw-logits q changes nothing at temperature 1 without truncation). ``bug`` names the issue's class.
+CONTROLS = {
+    "residual_from_p": dict(bug="residual from p, not max(0, p − q)", rule=residual_from_p, setting=T05_K3),
+    "no_bonus": dict(bug="missing bonus token", rule=no_bonus, setting=T07_K4),
+    "bonus_wrong_row": dict(bug="missing bonus token (off-by-one row)", rule=bonus_wrong_row, setting=T07_K4),
+    "raw_logits_q": dict(bug="q from raw logits, sampled from processed", rule=speculative_sample,
+                         drafter="raw_logits_q", setting=T05_K3),
+    "no_min_residual": dict(bug="acceptance without min(1, ·) (reused in the residual)", rule=no_min_residual,
+                            setting=T07_K4),
+    "accept_with_p": dict(bug="acceptance without the ratio: probability p(x)", rule=accept_with_p, setting=T1),
+    "typical_acceptance": dict(bug="Medusa-style typical acceptance", rule=typical_acceptance, setting=T1),
+    "no_bonus_literal": dict(bug="missing bonus token, literal (harmless)", rule=no_bonus_literal, setting=T1),
+    "no_min_literal": dict(bug="acceptance without min(1, ·), literal (harmless)", rule=no_min_literal, setting=T1),
+}
+LOSSY = tuple(c for c in CONTROLS if c not in HARMLESS)
+
+
+@contextmanager
+def use_rule(rule):
+    """Swap the acceptance rule used by :mod:`specdec_core.linear` (and so by ``generate``) for the
+    duration of the block; the correct rule is restored on exit, also on error."""
+    if isinstance(rule, str):
+        rule = RULES[rule]
+    old = _linear.speculative_sample
+    _linear.speculative_sample = rule
+    try:
+        yield rule
+    finally:
+        _linear.speculative_sample = old
+
+
+class RawLogitsQ(ModelDrafter):
+    """MUTANT drafter: samples from the *processed* draft law but reports q = softmax(raw logits).
+
+    Wraps a :class:`~specdec_core.drafters.ModelDrafter` (same model, its own cache). Harmless at
+    temperature 1 without top-k/top-p; lossy as soon as processing changes the law.
+    """
+
+    name = "model-rawq"
+
+    def __init__(self, drafter: ModelDrafter):
+        super().__init__(drafter.model)
+
+    def propose(self, context, k, params, generator):
+        lm = self.lm
+        self._base = len(context)
+        logits = lm.forward(torch.tensor(context[lm.length:], dtype=torch.long), last_only=True)[-1]
+        tokens, qs = [], []
+        for i in range(k):
+            t, _ = choose(logits, params, generator)  # sampled from the processed law ...
+            tokens.append(t)
+            qs.append(torch.softmax(logits.to(PROB_DTYPE), -1))  # ... but q reported from raw logits
+            if i + 1 < k:
+                logits = lm.forward(torch.tensor([t]), last_only=True)[-1]
+        q = None if params.greedy else torch.stack(qs)
+        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
+
+
+__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "use_rule", "RawLogitsQ", "speculative_sample"]
