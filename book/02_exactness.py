@@ -452,10 +452,10 @@ if mutant_reps:
     print(power_mut.round(4).to_string(index=False))
 fig, ax = plt.subplots(figsize=(8, 3.4))
 plot = ctrl.assign(neglog=-np.log10(ctrl.pvalue_asymptotic.clip(lower=1e-300)))
-sns.barplot(plot, y="mutant", x="neglog", hue="expected", dodge=False, ax=ax)
+sns.barplot(plot, y="mutant", x="neglog", hue="expected", dodge=False, ax=ax)  # expected: caught / pass
 ax.axvline(-np.log10(alpha), color="crimson", ls="--", label=f"α = {alpha}")
-ax.set(xscale="symlog", xlabel="−log10 asymptotic p-value (one run at the CI size; 300 = a sample where p = 0)",
-       title="negative controls")
+ax.set(xscale="symlog", xlabel="−log10 p (asymptotic χ²; 300 = a sample where p = 0)",
+       title=f"negative controls: one run of {n_mutant} continuations each")
 ax.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(out / "mutants.png", dpi=120)
