@@ -5,7 +5,7 @@
 
 Parameters come from ``book/params/<name>.yaml``: one section per notebook (keyed by file stem); each
 notebook also receives ``out_dir`` (its own folder under ``--out`` for figures and tables). A failing
-notebook stops the run and is named together with the failing cell.
+notebook is named together with the failing cell; the others still run, and the run exits 1.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def main() -> int:
     all_params = yaml.safe_load(params_file.read_text()) or {}
     out = (ROOT / args.out).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    executed, t_all = [], time.perf_counter()
+    executed, failed, t_all = [], [], time.perf_counter()
     for src in notebooks(args.only):
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -79,7 +79,8 @@ def main() -> int:
             print(f"[book] FAILED: {src.name}, cell {e.cell_index} (execution count {e.exec_count}): "
                   f"{e.ename}: {e.evalue}", file=sys.stderr)
             print(f"[book] the executed notebook with the traceback: {done}", file=sys.stderr)
-            return 1
+            failed.append(src.name)
+            continue
         finally:
             raw.unlink(missing_ok=True)
         executed.append(done)
@@ -87,6 +88,9 @@ def main() -> int:
     if args.html:
         print(f"[book] HTML: {render_html(executed, out)}")
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
+    if failed:
+        print(f"[book] FAILED notebooks: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
