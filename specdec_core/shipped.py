@@ -1,7 +1,103 @@
-"""Drafts shipped in ``data/drafts/`` for the embedded target (see their model cards)."""
+"""Drafts shipped in ``data/drafts/`` for the embedded target (see their model cards).
+
+Each draft folder holds its files and ``SHA256SUMS`` (``sha256sum`` format). A draft is attached to
+the pair only when every listed file exists and matches; a file that fails its checksum raises
+:class:`CorruptDraft` naming the file (a silently wrong draft would still be lossless, but every speed
+and acceptance figure in the book would be wrong).
+"""
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DRAFTS_DIR = REPO_ROOT / "data" / "drafts"
+MODEL_DRAFT = DRAFTS_DIR / "smollm2-135m-draft"
+BLOCK_DRAFT = DRAFTS_DIR / "smollm2-135m-block"  # the block drafter (specdec_core.parallel)
+SUMS = "SHA256SUMS"
+REQUIRED = ("config.json", "model.safetensors")
+
+
+class CorruptDraft(RuntimeError):
+    """A shipped draft file is missing or fails its SHA-256 checksum."""
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_sums(folder: Path, names=REQUIRED) -> dict[str, str]:
+    """Write ``folder/SHA256SUMS`` for ``names``; returns ``{name: digest}``."""
+    folder = Path(folder)
+    sums = {n: sha256(folder / n) for n in names}
+    (folder / SUMS).write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
+    return sums
+
+
+def read_sums(folder: Path) -> dict[str, str]:
+    folder = Path(folder)
+    if not (folder / SUMS).exists():
+        raise CorruptDraft(f"shipped draft {folder} has no {SUMS} file")
+    sums = {}
+    for line in (folder / SUMS).read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            sums[name.lstrip("*")] = digest
+    missing = [n for n in REQUIRED if n not in sums]
+    if missing:
+        raise CorruptDraft(f"{folder / SUMS} lists no checksum for {missing}")
+    return sums
+
+
+def verify(folder: Path) -> dict[str, str]:
+    """Raise :class:`CorruptDraft` naming the first missing or mismatching file; returns the sums."""
+    folder = Path(folder)
+    sums = read_sums(folder)
+    for name, digest in sums.items():
+        f = folder / name
+        if not f.exists():
+            raise CorruptDraft(f"shipped draft file {f} is missing")
+        got = sha256(f)
+        if got != digest:
+            raise CorruptDraft(f"shipped draft file {f} fails its SHA-256 checksum (expected {digest[:12]}…, "
+                               f"got {got[:12]}…): restore it with `git checkout -- {f.relative_to(REPO_ROOT) if f.is_relative_to(REPO_ROOT) else f}` "
+                               "or retrain with `make models FORCE=1`")
+    return sums
+
+
+def is_present(folder: Path | None = None) -> bool:
+    """True if the draft folder (default: the model draft's) has weights, valid or not."""
+    return (Path(folder or MODEL_DRAFT) / "model.safetensors").exists()
+
+
+def load_model_draft(target, dtype=None, device=None, folder: Path | None = None):
+    """The shipped model draft (or the one in ``folder``) on top of ``target``, after checking its checksums."""
+    from .draft_model import load_draft
+
+    folder = Path(folder or MODEL_DRAFT)
+    verify(folder)
+    return load_draft(folder, target, dtype=dtype, device=device)
 
 
 def load_shipped_drafters(target, dtype, device) -> dict:
-    """Return ``{name: drafter}`` for every shipped draft whose weights are present and valid."""
-    return {}
+    """Return ``{name: drafter}`` for every shipped draft whose weights are present and valid.
+
+    ``{"model": ModelDrafter(draft)}`` when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
+    (:class:`~specdec_core.parallel.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
+    fails its checksum raises :class:`CorruptDraft`; an absent one is skipped (``make models`` trains it).
+    """
+    from .drafters import ModelDrafter
+
+    out = {}
+    if is_present():
+        out["model"] = ModelDrafter(load_model_draft(target, dtype=dtype, device=device))
+    if is_present(BLOCK_DRAFT):
+        from .parallel import BlockDrafter, load_block
+
+        verify(BLOCK_DRAFT)
+        out["block"] = BlockDrafter(load_block(BLOCK_DRAFT, target, dtype=dtype, device=device))
+    return out

@@ -1,0 +1,422 @@
+"""Self-distillation data and loss for trained drafters (the model draft here; reusable by a block draft).
+
+The pipeline, each step a function:
+
+1. :func:`generate_teacher_data` — the target answers training prompts itself (greedy and/or sampled
+   at temperature 1) with batched ``transformers`` generation, and records its next-token law at every
+   response position, compactly: the top-``k`` token ids (int32) and log-probabilities (float16) of
+   the *full-vocabulary* softmax. Results go to resumable shards in a cache folder.
+2. :func:`choose_draft_vocab` — the N most frequent tokens of the target's responses (+ EOS).
+3. :func:`make_batches` / :func:`collate` — deterministic, length-bucketed, padded training batches;
+   the teacher's top-k ids are mapped to draft-vocabulary slots (``-1`` outside it).
+4. :func:`kd_loss` — cross-entropy of the draft's sub-vocabulary log-softmax against the teacher's
+   law restricted to its top-k ∩ draft vocabulary and renormalised (forward KL up to a constant).
+5. :func:`train` — AdamW + cosine schedule with a tqdm bar and an atomic, resumable checkpoint.
+6. :func:`agreement` — teacher-forced metrics on held-out records: top-1 agreement on greedy responses
+   (exactly the greedy per-token acceptance α, since greedy verification compares the draft's token
+   with the target's argmax on the target's own prefix) and Σ min(p, q) on sampled responses (the
+   temperature-1 acceptance, truncated to the teacher's top-k: a lower bound).
+
+A record is a dict: ``prompt`` int32 ``[S]``, ``response`` int32 ``[n]``, ``top_idx`` int32 ``[n, k]``,
+``top_logp`` float16 ``[n, k]`` (row j = the target's law for ``response[j]`` given everything before
+it), ``key`` (prompt id), ``mode`` (``"greedy"`` or ``"sample"``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+
+# -- 1. teacher data ---------------------------------------------------------------------------------
+class _Recorder:
+    """A logits processor that keeps the top-k of ``log_softmax(scores)`` and changes nothing.
+
+    ``generate`` puts custom processors before its sampling warpers, so ``scores`` are the raw logits.
+    """
+
+    def __init__(self, k: int):
+        self.k, self.idx, self.logp = k, [], []
+
+    def __call__(self, input_ids, scores):
+        top = torch.log_softmax(scores.float(), -1).topk(self.k, dim=-1)
+        self.idx.append(top.indices.to(torch.int32))
+        self.logp.append(top.values.to(torch.float16))
+        return scores
+
+
+class _FeatureRecorder:
+    """A forward hook on the target's final norm: keeps its output ``[B, T, H]`` of every pass (float16)."""
+
+    def __init__(self):
+        self.outs = []
+
+    def __call__(self, module, args, output):
+        self.outs.append(output.detach().to(torch.float16))
+
+
+def final_norm(target):
+    """The module whose output is the target's final normalised hidden state (the LM head's input)."""
+    norm = getattr(getattr(target, "model", None), "norm", None)
+    if norm is None:
+        raise ValueError("cannot find the target's final norm (expected target.model.norm, as in Llama)")
+    return norm
+
+
+@torch.inference_mode()
+def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float,
+                  top_k_record: int, seed: int, eos_id: int, pad_id: int, features: bool = False) -> list[dict]:
+    """Generate one left-padded batch and return one record per prompt (responses cut after EOS).
+
+    ``features``: also keep ``feat`` float16 ``[S + n - 1, H]``, the target's final normalised hidden state at
+    every position of ``prompt + response[:-1]`` (row t is what the LM head turned into the law of token t + 1).
+    """
+    from transformers import LogitsProcessorList
+
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, L - len(p):], mask[i, L - len(p):] = p, 1
+    rec, feats = _Recorder(top_k_record), _FeatureRecorder()
+    hook = final_norm(target).register_forward_hook(feats) if features else None
+    torch.manual_seed(seed)
+    sample = temperature > 0
+    try:
+        out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=sample,
+                              temperature=temperature if sample else None, top_k=0 if sample else None,
+                              top_p=1.0 if sample else None, logits_processor=LogitsProcessorList([rec]),
+                              eos_token_id=eos_id, pad_token_id=pad_id)
+    finally:
+        if hook is not None:
+            hook.remove()
+    gen = out[:, L:]
+    top_idx, top_logp = torch.stack(rec.idx, 1), torch.stack(rec.logp, 1)  # [B, steps, k]
+    if features:  # pass 0 is the prefill [B, L, H]; pass j >= 1 fed response token j - 1 [B, 1, H]
+        steps = torch.cat(feats.outs[1:], 1) if len(feats.outs) > 1 else feats.outs[0][:, :0]
+    records = []
+    for i, p in enumerate(prompts):
+        row = gen[i]
+        hit = (row == eos_id).nonzero()
+        n = int(hit[0]) + 1 if hit.numel() else row.numel()
+        r = dict(prompt=p.to(torch.int32), response=row[:n].to(torch.int32),
+                 top_idx=top_idx[i, :n].clone(), top_logp=top_logp[i, :n].clone())
+        if features:
+            r["feat"] = torch.cat([feats.outs[0][i, L - len(p):], steps[i, :n - 1]]).clone()
+        records.append(r)
+    return records
+
+
+@dataclass(frozen=True)
+class TeacherPlan:
+    """What :func:`generate_teacher_data` produces; its hash names the cache folder."""
+
+    prompts_sha256: str
+    target_sha256: str
+    modes: tuple  # ((mode, temperature, n_prompts), ...) e.g. (("greedy", 0.0, 2400), ("sample", 1.0, 600))
+    max_new_tokens: int = 128
+    top_k_record: int = 20
+    batch_size: int = 32
+    seed: int = 0
+    features: bool = False  # also keep the target's final hidden states (float16, ~1.2 kB per position)
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def plan_batches(plan: TeacherPlan, keys: list[str], lengths: list[int]) -> list[dict]:
+    """Deterministic batches: for each mode, a seeded choice of prompts sorted by length (less padding)."""
+    rng = random.Random(plan.seed)
+    order = list(range(len(keys)))
+    rng.shuffle(order)
+    batches, start = [], 0
+    for mode, temperature, n in plan.modes:
+        chosen = sorted(order[start:start + n], key=lambda i: (lengths[i], keys[i]))
+        start += n  # each mode answers different prompts (more variety than two answers to one prompt)
+        for b in range(0, len(chosen), plan.batch_size):
+            batches.append(dict(mode=mode, temperature=temperature, items=chosen[b:b + plan.batch_size]))
+    if start > len(keys):
+        raise ValueError(f"the plan asks for {start} prompts but the prompt set has {len(keys)}")
+    for j, b in enumerate(batches):
+        b["name"], b["seed"] = f"shard_{j:04d}", plan.seed * 100003 + j
+    return batches
+
+
+def generate_teacher_data(target, prompt_ids: list[torch.Tensor], keys: list[str], plan: TeacherPlan,
+                          cache_dir: Path, eos_id: int, pad_id: int, progress: bool = True) -> Path:
+    """Run (or resume) the plan; one ``.pt`` shard per batch, written atomically. Returns the folder.
+
+    A shard that exists is never recomputed, so an interrupted run continues where it stopped.
+    """
+    from tqdm.auto import tqdm
+
+    folder = Path(cache_dir) / f"teacher-{plan.key()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
+    batches = plan_batches(plan, keys, [len(p) for p in prompt_ids])
+    todo = [b for b in batches if not (folder / f"{b['name']}.pt").exists()]
+    cost = lambda b: sum(len(prompt_ids[i]) for i in b["items"]) / 4 + len(b["items"]) * plan.max_new_tokens
+    bar = tqdm(total=int(sum(cost(b) for b in batches)), initial=int(sum(cost(b) for b in batches if b not in todo)),
+               desc="teacher data", unit="tok", disable=not progress, smoothing=0.1)
+    for b in todo:
+        recs = teacher_batch(target, [prompt_ids[i] for i in b["items"]], plan.max_new_tokens, b["temperature"],
+                             plan.top_k_record, b["seed"], eos_id, pad_id, features=plan.features)
+        for r, i in zip(recs, b["items"]):
+            r["key"], r["mode"] = keys[i], b["mode"]
+        tmp = folder / f"{b['name']}.pt.tmp"
+        torch.save(recs, tmp)
+        os.replace(tmp, folder / f"{b['name']}.pt")
+        bar.update(int(cost(b)))
+    bar.close()
+    (folder / "DONE").write_text(f"{len(batches)} shards\n")
+    return folder
+
+
+def load_teacher_data(folder: Path) -> list[dict]:
+    """All records of a finished teacher-data folder, in shard order."""
+    folder = Path(folder)
+    if not (folder / "DONE").exists():
+        raise RuntimeError(f"teacher data in {folder} is incomplete: run generate_teacher_data to finish it")
+    recs = []
+    for f in sorted(folder.glob("shard_*.pt")):
+        recs += torch.load(f, weights_only=True)
+    return recs
+
+
+# -- 2. draft vocabulary -----------------------------------------------------------------------------
+def choose_draft_vocab(records: list[dict], size: int, vocab_size: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """The ``size`` most frequent tokens of the responses (ties: lower id first), ``always`` included; ascending."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for r in records:
+        counts.index_add_(0, r["response"].long(), torch.ones(r["response"].numel(), dtype=torch.long))
+    counts[list(always)] = torch.iinfo(torch.long).max
+    order = torch.sort(-counts, stable=True).indices[:size]
+    return order.sort().values
+
+
+def coverage(records: list[dict], vocab: torch.Tensor) -> float:
+    """Fraction of response tokens inside ``vocab`` (an upper bound on greedy acceptance)."""
+    inside = torch.zeros(max(int(vocab.max()), max(int(r["response"].max()) for r in records)) + 1, dtype=torch.bool)
+    inside[vocab] = True
+    hit = sum(int(inside[r["response"].long()].sum()) for r in records)
+    return hit / sum(r["response"].numel() for r in records)
+
+
+# -- 3. batches --------------------------------------------------------------------------------------
+def make_batches(lengths: list[int], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Shuffle, bucket by length in windows of 64, cut to ~``batch_tokens`` padded tokens, shuffle batches."""
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    batches = []
+    for w in range(0, len(order), 64):
+        window = sorted(order[w:w + 64], key=lambda i: lengths[i])
+        cur = []
+        for i in window:
+            if cur and (len(cur) + 1) * max(lengths[j] for j in cur + [i]) > batch_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def slot_map(vocab: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """LongTensor ``[V]``: token id → draft-vocabulary slot, ``-1`` outside the draft vocabulary."""
+    m = torch.full((vocab_size,), -1, dtype=torch.long)
+    m[vocab] = torch.arange(vocab.numel())
+    return m
+
+
+def collate(records: list[dict], slots: torch.Tensor, pad_id: int) -> dict:
+    """Right-padded batch of ``prompt + response[:-1]`` with the teacher's law at each response position.
+
+    Returns ``input_ids`` / ``attention_mask`` ``[B, L]``, ``t_slot`` long ``[B, L, k]`` (-1: not in the
+    draft vocabulary or no teacher there), ``t_logp`` float32 ``[B, L, k]``, ``greedy`` bool ``[B]``,
+    ``valid`` bool ``[B, L]`` (positions with a teacher law inside the draft vocabulary: the loss's).
+    """
+    seqs = [torch.cat([r["prompt"], r["response"][:-1]]).long() for r in records]
+    B, L, k = len(records), max(len(s) for s in seqs), records[0]["top_idx"].shape[1]
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    t_slot = torch.full((B, L, k), -1, dtype=torch.long)
+    t_logp = torch.zeros((B, L, k), dtype=torch.float32)
+    for b, (r, s) in enumerate(zip(records, seqs)):
+        ids[b, :len(s)], mask[b, :len(s)] = s, 1
+        S, n = len(r["prompt"]), r["response"].numel()
+        t_slot[b, S - 1:S - 1 + n] = slots[r["top_idx"].long()]
+        t_logp[b, S - 1:S - 1 + n] = r["top_logp"].float()
+    greedy = torch.tensor([r.get("mode") == "greedy" for r in records])
+    valid = (t_slot >= 0).any(-1)
+    return dict(input_ids=ids, attention_mask=mask, t_slot=t_slot, t_logp=t_logp, greedy=greedy, valid=valid)
+
+
+# -- 4. loss -----------------------------------------------------------------------------------------
+def teacher_law(t_slot: torch.Tensor, t_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher top-k restricted to the draft vocabulary and renormalised → (p̃ ``[..., k]``, valid ``[...]``)."""
+    inside = t_slot >= 0
+    logits = t_logp.masked_fill(~inside, float("-inf"))
+    valid = inside.any(-1)
+    p = torch.softmax(logits.masked_fill(~valid.unsqueeze(-1), 0.0), -1) * inside
+    return p, valid
+
+
+def kd_loss(sub_logits: torch.Tensor, t_slot: torch.Tensor, t_logp: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Mean over positions of ``-Σ_j p̃_j log q(slot_j)`` (cross-entropy to the renormalised teacher top-k ∩
+    draft vocabulary; forward KL up to a constant). sub_logits ``[..., N]``, t_slot / t_logp ``[..., k]``
+    (usually already restricted to ``collate(...)["valid"]`` positions) → (loss, n_positions)."""
+    p, valid = teacher_law(t_slot, t_logp)
+    logq = torch.log_softmax(sub_logits[valid].float(), -1)  # [P, N]
+    picked = logq.gather(-1, t_slot[valid].clamp_min(0))  # [P, k]
+    n = int(valid.sum())
+    return -(p[valid] * picked).sum() / max(n, 1), n
+
+
+# -- 5. training -------------------------------------------------------------------------------------
+@dataclass
+class TrainConfig:
+    steps: int = 1500
+    lr: float = 1e-3
+    min_lr_frac: float = 0.05
+    warmup: int = 50
+    weight_decay: float = 0.0
+    batch_tokens: int = 4096
+    grad_clip: float = 1.0
+    seed: int = 0
+    ckpt_every: int = 100
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def batch_schedule(records: list[dict], cfg: TrainConfig) -> list[list[int]]:
+    """The whole run's batches (epochs concatenated), a pure function of the records and the seed."""
+    lengths = [len(r["prompt"]) + len(r["response"]) - 1 for r in records]
+    out, epoch = [], 0
+    while len(out) < cfg.steps:
+        out += make_batches(lengths, cfg.batch_tokens, cfg.seed, epoch)
+        epoch += 1
+    return out[:cfg.steps]
+
+
+def train(model, step_loss, records: list[dict], cfg: TrainConfig, ckpt: Path | None = None,
+          progress: bool = True, on_checkpoint=None) -> dict:
+    """Optimise ``model``'s trainable parameters for ``cfg.steps`` steps; resumable from ``ckpt``.
+
+    ``step_loss(model, batch_records) -> (loss, n_positions)`` computes one batch's loss (the model
+    draft uses :func:`collate` + :func:`kd_loss`; another drafter passes its own). The checkpoint holds
+    the trainable state, the optimizer, the step and the loss history, written atomically every
+    ``cfg.ckpt_every`` steps; the batch order is recomputed from the seed, so a resumed run sees the
+    same batches. Returns ``{"losses": [...], "seconds": float, "resumed_at": int}``.
+    """
+    from tqdm.auto import tqdm
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    schedule = batch_schedule(records, cfg)
+    state = dict(step=0, losses=[], seconds=0.0)
+    if ckpt is not None and Path(ckpt).exists():
+        saved = torch.load(ckpt, weights_only=False)
+        if saved["config"] != asdict(cfg):
+            raise RuntimeError(f"checkpoint {ckpt} was written with a different TrainConfig; delete it to restart")
+        model.load_state_dict(saved["model"], strict=False)
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+    resumed_at = state["step"]
+    torch.manual_seed(cfg.seed)
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc="train draft", disable=not progress, smoothing=0.05)
+    t0 = time.perf_counter()
+
+    def save():
+        if ckpt is None:
+            return
+        tmp = Path(str(ckpt) + ".tmp")
+        trainable = {k: v for k, v in model.state_dict().items()
+                     if k in {n for n, p in model.named_parameters() if p.requires_grad}}
+        torch.save(dict(model=trainable, opt=opt.state_dict(), state=state, config=asdict(cfg)), tmp)
+        os.replace(tmp, ckpt)
+
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        loss, _ = step_loss(model, [records[i] for i in schedule[step]])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        state["losses"].append(float(loss.detach()))
+        state["step"] = step + 1
+        bar.update(1)
+        if state["step"] % 10 == 0:
+            bar.set_postfix(loss=f"{sum(state['losses'][-50:]) / len(state['losses'][-50:]):.3f}")
+        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+            state["seconds"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            save()
+            if on_checkpoint is not None:
+                on_checkpoint(state["step"])
+    bar.close()
+    model.eval()
+    return dict(losses=state["losses"], seconds=state["seconds"], resumed_at=resumed_at)
+
+
+# -- 6. teacher-forced metrics -----------------------------------------------------------------------
+@torch.no_grad()
+def agreement(logits_fn, records: list[dict], slots: torch.Tensor, pad_id: int, batch_tokens: int = 8192) -> dict:
+    """Teacher-forced acceptance estimates on held-out records.
+
+    ``logits_fn(batch) -> sub_logits [B, L, N]``. Returns ``greedy_alpha`` (draft argmax == target argmax
+    on greedy responses, response positions 2.. — the first token comes from the target's prefill),
+    ``t1_alpha`` (mean Σ min(p, q) over sampled responses' positions, p truncated to its top-k),
+    and ``n_greedy`` / ``n_sample`` positions.
+    """
+    vocab_of_slot = torch.full((int(slots.max()) + 1,), -1, dtype=torch.long)
+    vocab_of_slot[slots[slots >= 0]] = (slots >= 0).nonzero().flatten()
+    hits = n_g = 0
+    mass, n_s = 0.0, 0
+    lengths = [len(r["prompt"]) + len(r["response"]) for r in records]
+    for batch in make_batches(lengths, batch_tokens, seed=0, epoch=0):
+        recs = [records[i] for i in batch]
+        b = collate(recs, slots, pad_id)
+        sub = logits_fn(b).float()
+        for j, r in enumerate(recs):
+            S, n = len(r["prompt"]), r["response"].numel()
+            if n < 2:
+                continue
+            rows = sub[j, S:S - 1 + n]  # positions predicting response[1:]
+            if r["mode"] == "greedy":
+                pred = vocab_of_slot[rows.argmax(-1)]
+                target_top1 = r["top_idx"][1:n, 0].long()
+                hits += int((pred == target_top1).sum())
+                n_g += n - 1
+            else:
+                q = torch.softmax(rows, -1)
+                s = b["t_slot"][j, S:S - 1 + n]
+                p = b["t_logp"][j, S:S - 1 + n].exp() * (s >= 0)
+                mass += float(torch.minimum(p, q.gather(-1, s.clamp_min(0))).sum())
+                n_s += n - 1
+    return dict(greedy_alpha=hits / max(n_g, 1), t1_alpha=mass / max(n_s, 1), n_greedy=n_g, n_sample=n_s)
