@@ -11,10 +11,11 @@ from .decode import METHODS, generate
 from .drafters import Draft, Drafter, ModelDrafter, NGramDrafter
 from .kvcache import KVCache
 from .models import CorruptModelCache, Pair, load_pair, toy_pair
+from .parallel import BlockDrafter
 from .prompts import TASKS, Prompt, load_prompts
 from .sampling import SamplingParams, process_logits
 from .stats import Result
 
 __all__ = ["generate", "load_pair", "toy_pair", "Pair", "Result", "KVCache", "Drafter", "Draft",
-           "ModelDrafter", "NGramDrafter", "SamplingParams", "process_logits", "sampling", "verify",
+           "ModelDrafter", "NGramDrafter", "BlockDrafter", "SamplingParams", "process_logits", "sampling", "verify",
            "CorruptModelCache", "METHODS", "load_prompts", "Prompt", "TASKS"]

@@ -228,12 +228,14 @@ def _calibrate_entropy(model, vocab_size: int, seed: int, frac: float = 0.55) ->
 
 def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cpu",
              draft_noise: float = 0.15) -> Pair:
-    """A tiny deterministic Llama target and a related draft (target weights plus noise).
+    """A tiny deterministic Llama target and related drafters (target weights plus noise): ``"model"``
+    (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.parallel.BlockDrafter`), ``"ngram"``.
 
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.
     """
     from .drafters import ModelDrafter, NGramDrafter
+    from .parallel import BlockDrafter
 
     if not 8 <= vocab_size <= 64:
         raise ValueError(f"toy vocab_size must be in [8, 64], got {vocab_size}")
@@ -247,5 +249,6 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
         for p in draft.parameters():
             p.add_(draft_noise * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
     target, draft = target.to(dtype).to(device), draft.to(dtype).to(device)
-    drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter()}
+    drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter(),
+                "block": BlockDrafter.untrained_for(target, seed=seed, noise=draft_noise)}
     return Pair(target=target, tokenizer=None, drafters=drafters, name=f"toy-v{vocab_size}-s{seed}")
