@@ -46,7 +46,7 @@ cost_context = 100       # tokens already in the draft's cache when a proposal i
 ks = [1, 2, 3, 4, 5, 6, 8]  # K values of the end-to-end speed study (linear and parallel; include 1 and 8)
 tree_ks = [4]            # depths of the tree runners (model draft and block draft); [] to skip
 repeats = 1              # interleaved repeats of the speed study
-check_speed_claim = True  # assert: parallel at its best K is as fast as linear at its best K (off in CI: too few runs)
+check_speed_claim = False  # True: stop unless parallel at its best K is as fast as linear at its best K (else reported)
 cost_target = 1.3        # design target: a proposal of the largest K costs at most this many K-1 proposals
 draft_dtype = "float32"  # both drafters' compute dtype; "bfloat16" is faster on AVX512-BF16 CPUs (with 1 thread)
 threads = 2              # torch intra-op threads (CPU); 1 is steadier on a busy machine
@@ -407,10 +407,11 @@ if check_speed_claim:
 # - **Acceptance.** Block position 1 is as good as the autoregressive draft (same trunk, same row); the
 #   masks guess positions 2, 3, … without seeing the earlier guesses, so their conditional acceptance
 #   decays faster with the position than the autoregressive draft's. Fewer tokens per verify pass.
-# - **Net.** On a CPU, where the draft pass is a sizeable fraction of a target pass, saving K − 1 draft
-#   passes per step outweighs the acceptance lost at far positions: compare the best-K rows above, per task.
-#   Where it loses (tasks whose continuation the autoregressive draft tracks well over many tokens) the
-#   by-task table shows it. A GPU changes the balance: draft passes there are latency-bound too.
+# - **Net.** Parallel drafting trades K − 1 draft passes per step for the acceptance lost at far positions.
+#   Which side wins depends on the draft: with the shipped block draft, whose masks barely learned positions
+#   ≥ 3 (its model card), the verdict printed above is the measurement, per task in the by-task table. On
+#   a CPU a one-token pass is a matrix-vector product and every longer pass a slower-per-row matrix product,
+#   so even "one pass" costs more than a one-token pass; a GPU changes that balance.
 # - **Exact.** Parallel drafting only changes q; the verifier and its guarantees are untouched (greedy
 #   outputs above equal autoregressive decoding; chapter 2 tests the sampled law).
 #
