@@ -29,6 +29,7 @@ import torch
 import specdec_core as sd
 from specdec_core import distill, shipped
 from specdec_core.draft_model import DraftModel, load_draft, save_draft
+from specdec_core.models import sha256_file
 from specdec_core.prompts import encode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def teacher_records(pair, recipe: Recipe, progress=True) -> tuple[list[dict], li
     target_sha = json.loads((shipped.REPO_ROOT / "data" / "models" / "smollm2-135m" / "manifest.sha256.json")
                             .read_text())["model.safetensors"]
     plan = distill.TeacherPlan(
-        prompts_sha256=distill.sha256_file(TRAIN_PROMPTS), target_sha256=target_sha,
+        prompts_sha256=sha256_file(TRAIN_PROMPTS), target_sha256=target_sha,
         modes=(("greedy", 0.0, recipe.greedy_prompts), ("sample", 1.0, recipe.sample_prompts)),
         max_new_tokens=recipe.max_new_tokens, top_k_record=recipe.top_k_record, batch_size=recipe.gen_batch,
         seed=recipe.seed)

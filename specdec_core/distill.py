@@ -132,14 +132,6 @@ class TeacherPlan:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def plan_batches(plan: TeacherPlan, keys: list[str], lengths: list[int]) -> list[dict]:
     """Deterministic batches: for each mode, a seeded choice of prompts sorted by length (less padding)."""
     rng = random.Random(plan.seed)

@@ -58,7 +58,8 @@ class Pair:
 
 
 # -- checksummed cache ------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB chunks (model caches, shipped drafts, training inputs)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
@@ -75,13 +76,13 @@ def verify_cache(path: Path) -> None:
         f = path / name
         if not f.exists():
             raise CorruptModelCache(f"model cache {path} is corrupt: {name} is missing")
-        if _sha256(f) != digest:
+        if sha256_file(f) != digest:
             raise CorruptModelCache(f"model cache {path} is corrupt: {name} fails its SHA-256 checksum")
 
 
 def write_manifest(path: Path) -> None:
     files = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MANIFEST)
-    (path / MANIFEST).write_text(json.dumps({n: _sha256(path / n) for n in files}, indent=1))
+    (path / MANIFEST).write_text(json.dumps({n: sha256_file(path / n) for n in files}, indent=1))
 
 
 def _convert_embedded(name: str, dest: Path) -> None:

@@ -7,8 +7,9 @@ and acceptance figure in the book would be wrong).
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
+
+from .models import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DRAFTS_DIR = REPO_ROOT / "data" / "drafts"
@@ -22,18 +23,10 @@ class CorruptDraft(RuntimeError):
     """A shipped draft file is missing or fails its SHA-256 checksum."""
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_sums(folder: Path, names=REQUIRED) -> dict[str, str]:
     """Write ``folder/SHA256SUMS`` for ``names``; returns ``{name: digest}``."""
     folder = Path(folder)
-    sums = {n: sha256(folder / n) for n in names}
+    sums = {n: sha256_file(folder / n) for n in names}
     (folder / SUMS).write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))
     return sums
 
@@ -61,7 +54,7 @@ def verify(folder: Path) -> dict[str, str]:
         f = folder / name
         if not f.exists():
             raise CorruptDraft(f"shipped draft file {f} is missing")
-        got = sha256(f)
+        got = sha256_file(f)
         if got != digest:
             raise CorruptDraft(f"shipped draft file {f} fails its SHA-256 checksum (expected {digest[:12]}…, "
                                f"got {got[:12]}…): restore it with `git checkout -- {f.relative_to(REPO_ROOT) if f.is_relative_to(REPO_ROOT) else f}` "
