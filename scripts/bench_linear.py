@@ -6,7 +6,8 @@ Runners (same prompts, same K, interleaved): our autoregressive decoder; linear 
 model and with the n-gram drafter; transformers' plain `generate`, assisted generation (with the closest
 transformers-runnable form of our draft, see specdec_core.peers.hf_assistant) and prompt lookup.
 Writes data/reference/bench_linear.jsonl and prints tokens/s, per-token latency p50/p95/p99, paired ratios,
-and the speedup predicted by Leviathan et al.'s Theorem 3.8 from the measured α, c and verify cost.
+and the speedup predicted by Leviathan et al.'s Theorem 3.8 from the measured α, c and verify cost
+(:func:`specdec_core.bench.theory_check`: each call predicted from its own α̂, decode loops compared).
 """
 from __future__ import annotations
 
@@ -15,19 +16,7 @@ import argparse
 import pandas as pd
 
 import specdec_core as sd
-from specdec_core import bench, peers, theory
-
-
-def ours(pair, method, drafter, k, n, temperature):
-    def run(ids):
-        r = sd.generate(pair.target, ids, drafter=drafter, method=method, k=k, max_new_tokens=n,
-                        temperature=temperature, seed=0)
-        s = r.stats
-        rej = sum(1 for a, p in zip(s["accepted_lengths"], s["proposed"]) if a < p)
-        return {"tokens": r.tokens, "tau": s["tau"], "accepted": sum(s["accepted_lengths"]), "rejections": rej,
-                "proposed": sum(s["proposed"]), "target_passes": s["target_passes"],
-                **bench.latency_percentiles(s["token_times"])}
-    return run
+from specdec_core import bench, peers
 
 
 def main():
@@ -46,14 +35,21 @@ def main():
                for p in sd.load_prompts(per_task=args.per_task)]
     model_drafter = pair.drafters.get("model")
     assistant = peers.hf_assistant(model_drafter.model, pair.target) if model_drafter else None
-    frames = []
+    costs = None
+    if model_drafter:  # c and the verify cost, timed side by side at a typical context
+        costs = bench.pass_costs(pair.target, model_drafter.model, bench.median_length(prompts), ks=(k,),
+                                 decoded=n // 2)
+        print(f"pass costs (ms): { {p: round(v, 1) for p, v in costs['ms'].items()} }")
+    frames, theory_rows = [], []
     for temp in args.temperatures:
-        runners = {"ours:autoregressive": ours(pair, "autoregressive", None, k, n, temp),
+        runners = {"ours:autoregressive": bench.generate_runner(pair.target, n, temp),
                    "hf:generate": peers.hf_runner(pair.target, n, temp)}
         if model_drafter:
-            runners["ours:linear-model"] = ours(pair, "linear", model_drafter, k, n, temp)
+            runners["ours:linear-model"] = bench.generate_runner(pair.target, n, temp, method="linear",
+                                                                 drafter=model_drafter, k=k)
             runners["hf:assisted"] = peers.assisted_runner(pair.target, assistant, k, n, temp)
-        runners["ours:linear-ngram"] = ours(pair, "linear", pair.drafters["ngram"], k, n, temp)
+        runners["ours:linear-ngram"] = bench.generate_runner(pair.target, n, temp, method="linear",
+                                                             drafter=pair.drafters["ngram"], k=k)
         runners["hf:prompt-lookup"] = peers.prompt_lookup_runner(pair.target, k, n, temperature=temp)
         print(f"\n== temperature {temp}, K={k}: {len(prompts)} prompts × {args.repeats} repeats ==")
         df = bench.run_interleaved(runners, prompts, repeats=args.repeats)
@@ -69,19 +65,19 @@ def main():
                 r = bench.paired_ratios(df[df.runner.isin([base, other])], baseline=base).iloc[0]
                 print(f"{other} / {base}: median {r['median']:.3f}× (IQR {r.q25:.3f}–{r.q75:.3f})")
         if model_drafter:
-            lin = df[df.runner == "ours:linear-model"]
-            alpha = lin.accepted.sum() / (lin.accepted.sum() + lin.rejections.sum())
-            costs = bench.pass_costs(pair.target, model_drafter.model, prompts[0][1], ks=(k,))
-            pred = theory.speedup(alpha, k, costs["c"], costs["verify_ratio"][k])
-            pred38 = theory.speedup(alpha, k, costs["c"])
-            meas = bench.paired_ratios(df[df.runner.isin(["ours:autoregressive", "ours:linear-model"])],
-                                       baseline="ours:autoregressive").iloc[0]["median"]
-            print(f"α̂ = {alpha:.3f}, c = {costs['c']:.3f}, verify({k + 1} tokens)/target(1) = "
-                  f"{costs['verify_ratio'][k]:.3f}; predicted speedup {float(pred):.3f}× (Thm 3.8 with measured "
-                  f"verify cost; {float(pred38):.3f}× with verify = 1 pass), measured {meas:.3f}×, "
-                  f"relative error {abs(meas - pred) / pred:.1%}")
+            calls, th = bench.theory_check(df, "ours:linear-model", "ours:autoregressive", k, costs["c"],
+                                           costs["verify_ratio"][k])
+            print(f"theory (per call: α̂ of the call, c = {th['c']:.3f}, verify({k + 1} tokens)/target(1) = "
+                  f"{th['verify_ratio']:.3f}; decode loops, {th['calls']} calls; pooled α̂ {th['alpha_pooled']:.3f}): "
+                  f"predicted median {th['predicted_median']:.3f}×, measured median {th['measured_median']:.3f}×, "
+                  f"relative error {th['rel_error']:.1%} (per call: median |error| "
+                  f"{th['per_call_abs_error_median']:.1%}; one pooled α̂ would predict {th['predicted_pooled']:.3f}×)")
+            theory_rows.append(calls.assign(temperature=temp))
     bench.write_jsonl(pd.concat(frames), args.out)
     print(f"-> {args.out}")
+    if theory_rows:
+        path = bench.write_jsonl(pd.concat(theory_rows), args.out.replace(".jsonl", "_theory.jsonl"))
+        print(f"-> {path}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,63 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
     return pd.DataFrame(rows)
 
 
+def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_steps: bool = False,
+                    **generate_kwargs) -> Runner:
+    """A runner calling :func:`specdec_core.generate`; its row carries the speculative counts (accepted,
+    rejections, proposed, τ), the decode-loop time and tokens (prefill excluded) and latency percentiles;
+    ``keep_steps`` also keeps the per-step accepted lengths."""
+    from .decode import generate
+
+    def run(ids):
+        r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
+                     **generate_kwargs)
+        s = r.stats
+        acc, prop = s["accepted_lengths"], s["proposed"]
+        row = {"tokens": r.tokens, "tau": s["tau"], "accepted": sum(acc), "proposed": sum(prop),
+               "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s["target_passes"],
+               "decode_s": s["decode_s"], "decode_tokens": max(0, len(r.tokens) - 1),
+               **latency_percentiles(s["token_times"])}
+        if keep_steps:
+            row["accepted_lengths"] = acc
+        return row
+    return run
+
+
+def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float, verify_ratio: float,
+                 min_tokens: int = 8) -> tuple[pd.DataFrame, dict]:
+    """Leviathan et al.'s prediction against the measurement, call by call.
+
+    For each (prompt, repeat) where both runners decoded at least ``min_tokens`` tokens: α̂ from that
+    call's own steps (:func:`theory.alpha_mle`), the predicted speedup :func:`theory.speedup` (α̂, K, c,
+    verify ratio), and the measured one — the decode loops' tokens/s ratio (prefill, the same for both,
+    is not what the theorem models). α varies from prompt to prompt, and the speedup is not linear in α,
+    so each call is predicted from its own α̂ rather than from one pooled α.
+
+    Returns the per-call table and a summary: median predicted, median measured, and the relative error
+    between those medians (the agreement the book reports).
+    """
+    from .theory import speedup
+
+    key = ["id", "repeat"]
+    rate = lambda d: d.decode_tokens / d.decode_s  # noqa: E731
+    base = df[df.runner == baseline].set_index(key)
+    d = df[df.runner == runner].set_index(key)
+    d = d[(d.decode_tokens >= min_tokens) & (base.loc[d.index].decode_tokens >= min_tokens).values]
+    rows = d.reset_index()[key + [c_ for c_ in ("task",) if c_ in d.columns]].copy()
+    a = d.accepted / (d.accepted + d.rejections)
+    pooled = d.accepted.sum() / (d.accepted.sum() + d.rejections.sum())
+    rows["alpha_hat"] = a.values
+    rows["predicted"] = speedup(a.values, k, c, verify_ratio)
+    rows["measured"] = (rate(d) / rate(base.loc[d.index])).values
+    rows["rel_error"] = (rows.measured - rows.predicted) / rows.predicted
+    pm, mm = float(rows.predicted.median()), float(rows.measured.median())
+    summary = {"runner": runner, "k": k, "c": c, "verify_ratio": verify_ratio, "calls": len(rows),
+               "alpha_pooled": float(pooled), "predicted_pooled": float(speedup(pooled, k, c, verify_ratio)),
+               "predicted_median": pm, "measured_median": mm, "rel_error": abs(mm - pm) / pm,
+               "per_call_abs_error_median": float(rows.rel_error.abs().median())}
+    return rows, summary
+
+
 def paired_ratios(df: pd.DataFrame, baseline: str, by: list[str] | None = None) -> pd.DataFrame:
     """tokens/s of each runner ÷ the baseline's on the same prompt and repeat; median, IQR, n per group."""
     key = ["id", "repeat"]
@@ -92,6 +149,11 @@ def latency_percentiles(token_times: list[float]) -> dict:
     return out
 
 
+def median_length(prompts: list[tuple[dict, torch.Tensor]]) -> torch.Tensor:
+    """The prompt of median length (where :func:`pass_costs` times passes for a whole prompt set)."""
+    return sorted((ids for _, ids in prompts), key=len)[len(prompts) // 2]
+
+
 def write_jsonl(df: pd.DataFrame, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,11 +180,17 @@ def time_passes(fns: dict[str, Callable[[], None]], repeats: int = 15, warmup: i
     return pd.DataFrame(rows)
 
 
-def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats: int = 15) -> dict:
+def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats: int = 15,
+               decoded: int = 0) -> dict:
     """Measure, side by side, one target pass over 1 token, over K + 1 tokens, and one draft pass over 1 token
-    at the context of ``ids``. Returns medians (ms) and ``c`` = draft / target(1), ``verify_ratio[K]``."""
+    at the context of ``ids`` followed by ``decoded`` more tokens (half the decode budget puts the context
+    where a decode loop spends it on average). Returns medians (ms) and ``c`` = draft / target(1),
+    ``verify_ratio[K]``."""
     from .lm import CachedLM
 
+    ids = torch.as_tensor(ids).view(-1)
+    if decoded:
+        ids = torch.cat([ids, ids[-1:].repeat(decoded)])
     cap = ids.numel() + max(ks) + 2
     t_lm = CachedLM(target, cap)
     t_lm.forward(ids)
