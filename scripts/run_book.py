@@ -60,7 +60,7 @@ def main() -> int:
     all_params = yaml.safe_load(params_file.read_text()) or {}
     out = (ROOT / args.out).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    executed, failed, t_all = [], [], time.perf_counter()
+    executed, failed, timings, t_all = [], [], [], time.perf_counter()
     for src in notebooks(args.only):
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -80,14 +80,18 @@ def main() -> int:
                   f"{e.ename}: {e.evalue}", file=sys.stderr)
             print(f"[book] the executed notebook with the traceback: {done}", file=sys.stderr)
             failed.append(src.name)
+            timings.append((src.stem, time.perf_counter() - t, "failed"))
             continue
         finally:
             raw.unlink(missing_ok=True)
         executed.append(done)
+        timings.append((src.stem, time.perf_counter() - t, "ok"))
         print(f"[book] {src.name} done in {time.perf_counter() - t:.0f} s", flush=True)
     if args.html:
         print(f"[book] HTML: {render_html(executed, out)}")
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
+    (out / "timings.csv").write_text("notebook,seconds,status\n" + "".join(
+        f"{name},{sec:.1f},{status}\n" for name, sec, status in timings))
     if failed:
         print(f"[book] FAILED notebooks: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,0 +1,50 @@
+"""Copy the small headline outputs of a full book run into data/reference/book/ (to be committed).
+
+    python scripts/collect_reference.py [--build build/book]
+
+What is copied is listed below: the per-notebook timings, the tables behind each chapter's claims and the
+headline figure the README shows. Everything else stays in the (ignored) build folder.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEEP = [
+    "timings.csv",
+    "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
+    "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
+    "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
+    "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv",
+    "05_parallel/draft_cost.csv", "05_parallel/speed_ratios.csv", "05_parallel/acceptance_by_position.csv",
+    "06_speedup/summary.csv", "06_speedup/theory_check.csv", "06_speedup/theory_calls.csv",
+    "06_speedup/speedup_vs_k.csv", "06_speedup/latency.csv", "06_speedup/speedup_by_task.png",
+    "06_speedup/theory_calls.png",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build/book")
+    ap.add_argument("--dest", default="data/reference/book")
+    args = ap.parse_args()
+    build, dest = ROOT / args.build, ROOT / args.dest
+    missing = []
+    for rel in KEEP:
+        src = build / rel
+        if not src.exists():
+            missing.append(rel)
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    print(f"copied {len(KEEP) - len(missing)} files to {dest}")
+    if missing:
+        print("missing (not produced by this run):", ", ".join(missing), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
