@@ -4,6 +4,10 @@
 
 Prints the median paired tokens/s ratio (ours / transformers) and its spread; writes JSONL to
 data/reference/bench_autoregressive.jsonl. Issue 2 asks for a median ratio >= 1.1.
+
+Then the ceiling on that ratio: each decoder's time per decoded token (a call of n + 1 new tokens minus a
+call of 1, over n; same prompt, interleaved) against one bare forward of the model over 1 token. Both run
+the same forward; what is left is per-step overhead, the only place a decoder of the same model can win.
 """
 from __future__ import annotations
 
@@ -28,13 +32,13 @@ def main():
     prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
                for p in sd.load_prompts(per_task=args.per_task)]
 
-    def ours(ids):
-        return {"tokens": sd.generate(model, ids, max_new_tokens=n).tokens}
+    def ours(ids, new=n):
+        return {"tokens": sd.generate(model, ids, max_new_tokens=new).tokens}
 
     @torch.inference_mode()
-    def transformers_generate(ids):
+    def transformers_generate(ids, new=n):
         x = ids.view(1, -1)
-        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new,
                              eos_token_id=2, pad_token_id=2)
         return {"tokens": out[0, x.shape[1]:].tolist()}
 
@@ -47,6 +51,20 @@ def main():
     print(f"ours / transformers generate: median {row['median']:.3f}× "
           f"(IQR {row.q25:.3f}–{row.q75:.3f}, n={int(row.n)} paired calls)")
 
+    ids = bench.median_length(prompts)
+    fwd = bench.pass_costs(model, None, ids, ks=(1,), decoded=n // 2)["ms"]["target[1]"]
+    runners = {f"{name}[{m}]": (lambda run, m: lambda x: run(x, m))(run, m)
+               for name, run in (("transformers", transformers_generate), ("ours", ours)) for m in (1, n + 1)}
+    calls = bench.run_interleaved(runners, [(dict(id="ceiling"), ids)], repeats=2 * args.repeats, warmup=1,
+                                  progress=False)
+    med = calls.groupby("runner")[["seconds", "new_tokens"]].median()
+    print(f"one forward over 1 token: {fwd:.1f} ms")
+    for name in ("transformers", "ours"):
+        long, short = med.loc[f"{name}[{n + 1}]"], med.loc[f"{name}[1]"]
+        per = 1e3 * (long.seconds - short.seconds) / max(1.0, long.new_tokens - short.new_tokens)
+        print(f"{name}: {per:.1f} ms per decoded token, of which the forward is {fwd:.1f} ms: per-step overhead "
+              f"{per - fwd:+.1f} ms ({(per - fwd) / per:+.1%}; a negative value is timing noise), so a decoder with no "
+              f"overhead at all would be at most {max(per / fwd, 1.0):.3f}× faster")
 
 if __name__ == "__main__":
     main()
