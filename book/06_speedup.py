@@ -290,7 +290,8 @@ if "linear (draft model)" in methods:
 # ## Summary
 # - The speedup of every method is set by α (how often the target agrees) and by what a pass costs;
 #   on a CPU the verify pass over K + 1 tokens is *not* free, and the theory only predicts the
-#   measurement once that cost is measured too.
+#   measurement once that cost is measured too — and once each prompt keeps its own α (one pooled α
+#   overpredicts, because the speedup is convex in α and prompts differ widely).
 # - Copy-heavy tasks (summarization, RAG) favour the n-gram drafter; open-ended chat and temperature 1
 #   lower α for every drafter; the losses table shows exactly where speculation is slower.
 #
