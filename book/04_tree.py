@@ -75,6 +75,7 @@ from tqdm.auto import tqdm
 
 import specdec_core as sd
 from specdec_core import bench
+from specdec_core import exactness as ex
 from specdec_core import tree as T
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams
@@ -202,14 +203,12 @@ ar_tokens, div = {}, []
 for p_, ids in tqdm(encoded, desc="greedy exactness"):
     ar_tokens[p_.id] = ar = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens).tokens
     tr = sd.generate(pair.target, ids, drafter=drafter, method="tree", k=depth, max_new_tokens=max_new_tokens).tokens
-    i = next((j for j, (a, b) in enumerate(zip(tr, ar)) if a != b), None)
-    if i is not None or len(tr) != len(ar):
-        lm = CachedLM(pair.target, ids.numel() + max_new_tokens + 1)
-        lg = lm.forward(torch.cat([ids, torch.tensor(ar[:i], dtype=torch.long)]), last_only=True)[-1].double()
-        top = torch.topk(lg, 2).values
-        div.append(dict(id=p_.id, token=i, top2_gap=float(top[0] - top[1])))
+    i, gap = ex.first_divergence(pair.target, ids, tr, ar)
+    if i is not None:
+        div.append(dict(id=p_.id, token=i, top2_gap=gap))
 print(f"{len(div)} near-tie divergences in {len(encoded)} prompts")
-assert all(x["top2_gap"] < 1e-3 for x in div), f"a greedy divergence that is not a near-tie: {div}"
+assert all(x["top2_gap"] is not None and x["top2_gap"] < 1e-3 for x in div), \
+    f"a greedy divergence that is not a near-tie: {div}"
 pd.DataFrame(div)
 
 # %% [markdown]
