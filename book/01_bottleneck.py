@@ -42,6 +42,7 @@ copy_mib = 512            # copy-bandwidth buffer (MiB); well above the last-lev
 gemm_n = 2048             # square matmul for the FLOP ceiling (a GPU uses at least 8192)
 prompt_len = 128          # prefill-vs-decode staircase: prompt tokens
 decode_len = 32           # ... and generated tokens
+blas_token_counts = [1, 2, 3, 5, 8, 16]  # T compared under MKL's default kernels and MKL_CBWR=AUTO (CPU only)
 scale_models = ["0.5b", "1b"]  # random-weight Llama shapes (profiling.LLAMA_SHAPES); "3b", "8b" on a GPU
 scale_token_counts = [1, 4, 16, 64, 256]
 scale_repeats = 3
@@ -311,6 +312,43 @@ def bumps(T, t):
 print("T where a larger T is faster (model, per S):",
       {S: bumps(d["T"], d["median"]) for S, d in passes.groupby("S")},
       "| bare matmuls:", bumps(mm_curve["T"], mm_curve["median"]))
+
+# %% [markdown]
+# ## 4b. The matmul library decides the verify cost
+#
+# On x86 CPUs, torch hands float32 matrix products to Intel MKL, which picks its kernels for the CPU
+# it detects. With its default choice on this book's AMD EPYC, a product with M = 2–16 input rows —
+# the shape of every verification pass — ran about as slowly as M matrix-vector products: a 5-token
+# pass cost 1.3–1.6 one-token passes and a 2-token pass more than a 5-token one. `MKL_CBWR=AUTO`
+# (MKL's reproducible mode: the best path for this CPU, with a fixed summation order) selects kernels
+# that keep a few-row product near the cost of one row. `import specdec_core` sets it unless the
+# variable is already set (`MKL_CBWR=` keeps MKL's default); everything else in the book, our
+# decoders and transformers' alike, runs with it. MKL reads the variable once per process, so both
+# settings are timed here in fresh subprocesses, one after the other (`specdec_core.blas`).
+
+# %%
+if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
+    blas_df = sd.blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
+                                    threads=n_threads)
+    save(blas_df, "blas_paths")
+    g = sns.relplot(data=blas_df, x="T", y="ratio", hue="setting", col="what", kind="line", marker="o",
+                    height=3.6, aspect=1.25)
+    g.set(xscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)")
+    for ax in g.axes.flat:
+        ax.axhline(1, color="black", lw=0.8)
+    g.fig.suptitle(f"{model}, {dtype}, {tag}: MKL's default kernels vs MKL_CBWR=AUTO", y=1.04)
+    savefig(g.fig, "blas_paths")
+    blas_tab = blas_df.pivot_table(index="T", columns=["what", "setting"], values="ratio")
+    print("pass over T tokens / one-token pass, per setting:")
+    print(blas_tab.round(2).to_string())
+else:
+    blas_df = None
+    print(f"{tag}: torch's matmuls here do not go through MKL on a CPU; nothing to compare")
+
+# %% [markdown]
+# With MKL's default path, every speculative method pays 30–60% more for its verification pass on this
+# CPU than it needs to. The speedups in chapters 3–6 are measured with `MKL_CBWR=AUTO`; rerun any
+# chapter with `MKL_CBWR=` in the environment to see them under MKL's default choice.
 
 # %% [markdown]
 # The roofline picture: each measured pass placed by its arithmetic intensity (x) and the FLOP rate it

@@ -6,8 +6,12 @@
 
 Notation: p = target law, q = draft law.
 """
-from . import prompts, sampling, verify
-from .decode import METHODS, generate
+from . import blas
+
+blas.ensure_default()  # before torch's first matmul: MKL's few-row kernels (see specdec_core.blas)
+
+from . import prompts, sampling, verify  # noqa: E402
+from .decode import METHODS, generate  # noqa: E402
 from .drafters import Draft, Drafter, ModelDrafter, NGramDrafter
 from .kvcache import KVCache
 from .models import CorruptModelCache, Pair, load_pair, toy_pair

@@ -1,0 +1,97 @@
+"""The CPU matmul library's code path, and what it does to the cost of a verification pass.
+
+On x86 CPUs, torch sends float32 matrix products to Intel MKL. MKL picks a kernel for the CPU it
+detects; on the AMD EPYC this book was measured on, its default choice runs a product with a few
+input rows (M = 2-16, exactly the shape of a speculative verification pass) about as slowly as M
+separate matrix-vector products: a 5-token pass of SmolLM2-135M cost 1.3-1.6 one-token passes, and a
+2- or 3-token pass cost more than a 5-token one. Setting ``MKL_CBWR=AUTO`` (MKL's *conditional
+numerical reproducibility*: use the best path for this CPU, with a fixed summation order) selects
+kernels that keep a few-row product near the cost of one row; the 5-token pass then costs about 1.05
+one-token passes, and every speculative method in the book gains.
+
+MKL reads the variable at its first call, so it must be set before the first matmul of the process.
+``import specdec_core`` sets it to ``AUTO`` unless it is already set (``MKL_CBWR=`` — empty — keeps
+MKL's default dispatch); :func:`compare_paths` measures both paths in subprocesses, side by side.
+GPUs and non-MKL builds of torch are unaffected. Chapter 1, section 4b, shows the curves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+VAR = "MKL_CBWR"
+DEFAULT = "AUTO"
+
+
+def ensure_default() -> None:
+    """Set ``MKL_CBWR=AUTO`` unless the variable is set (to anything, the empty string included)."""
+    os.environ.setdefault(VAR, DEFAULT)
+
+
+def mode() -> str:
+    """The setting this process runs with: ``"AUTO"``, another MKL_CBWR value, or ``"MKL default"``."""
+    return os.environ.get(VAR) or "MKL default"
+
+
+def _pass_times(model: str, token_counts: list[int], context: int, repeats: int, threads: int) -> list[dict]:
+    """In this process: median time of one pass over T new tokens after ``context`` cached ones."""
+    import torch
+
+    from . import profiling as pf
+    from .lm import CachedLM
+    from .models import load_pair
+
+    if threads:
+        torch.set_num_threads(threads)
+    target = load_pair(model).target
+    lm = CachedLM(target, context + max(token_counts))
+    gen = torch.Generator().manual_seed(0)
+    V = target.config.vocab_size
+
+    def pass_fn(T):
+        toks = torch.randint(0, V, (T,), generator=gen)
+
+        def run():
+            lm.forward(toks)
+            lm.cache.rollback(T)
+        return run
+
+    lm.cache.advance(context)  # a pass's time does not depend on the cached values, only on their count
+    fns = {("pass", T): pass_fn(T) for T in token_counts}
+    fns |= {("bare matmuls", T): pf.matmul_chain(pf.model_linears(target), T) for T in token_counts}
+    s = pf.summarize(pf.time_interleaved(fns, repeats=repeats, warmup=1, device=target.device))
+    return [dict(what=n[0], T=n[1], median=r.median, q25=r.q25, q75=r.q75) for n, r in zip(s["name"], s.itertuples())]
+
+
+def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16), context: int = 128,
+                  repeats: int = 5, threads: int = 0, settings: dict | None = None, timeout: float = 900):
+    """Time passes and the bare matmuls under each MKL setting, one fresh subprocess per setting.
+
+    ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch). Returns a long
+    DataFrame ``setting, what, T, median, q25, q75, ratio`` (ratio = median / the median at T = 1 of
+    the same setting and kind). The subprocesses run one after the other, never at the same time.
+    """
+    import pandas as pd
+
+    settings = settings or {"MKL default": "", f"{VAR}={DEFAULT}": DEFAULT}
+    token_counts = sorted(set(token_counts) | {1})
+    rows = []
+    for label, value in settings.items():
+        env = dict(os.environ, **{VAR: value})
+        args = json.dumps(dict(model=model, token_counts=token_counts, context=context, repeats=repeats,
+                               threads=threads))
+        res = subprocess.run([sys.executable, "-m", "specdec_core.blas", args], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"timing under {VAR}={value!r} failed:\n{res.stderr[-2000:]}")
+        rows += [dict(r, setting=label) for r in json.loads(res.stdout.strip().splitlines()[-1])]
+    df = pd.DataFrame(rows)
+    t1 = df[df["T"] == 1].set_index(["setting", "what"])["median"]
+    df["ratio"] = df["median"] / [t1[(s, w)] for s, w in zip(df["setting"], df["what"])]
+    return df[["setting", "what", "T", "median", "q25", "q75", "ratio"]]
+
+
+if __name__ == "__main__":  # the subprocess of compare_paths: one JSON line on stdout
+    print(json.dumps(_pass_times(**json.loads(sys.argv[1]))))

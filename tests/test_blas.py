@@ -1,0 +1,49 @@
+"""specdec_core.blas: the MKL setting is chosen on import, and a caller's own setting wins."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specdec_core import blas
+
+PROBE = "import os, specdec_core as sd; print(repr(os.environ.get('MKL_CBWR')), sd.blas.mode())"
+
+
+def _run(env_value):
+    env = {k: v for k, v in os.environ.items() if k != blas.VAR}
+    if env_value is not None:
+        env[blas.VAR] = env_value
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("given, seen, mode", [(None, "'AUTO'", "AUTO"), ("", "''", "MKL"),
+                                               ("AVX2", "'AVX2'", "AVX2")])
+def test_import_sets_default_unless_caller_did(given, seen, mode):
+    got = _run(given)
+    assert got[0] == seen and got[1] == mode
+
+
+def test_compare_paths_reports_ratios_against_one_token(monkeypatch):
+    """The parent side of compare_paths, with the subprocess replaced by a canned timing line."""
+    def fake_run(cmd, env, **kw):
+        scale = 1.0 if env[blas.VAR] else 2.0  # MKL default: every T > 1 twice as dear
+        args = json.loads(cmd[-1])
+        rows = [dict(what="pass", T=T, median=0.05 * (1 if T == 1 else scale), q25=0, q75=0)
+                for T in args["token_counts"]]
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(rows) + "\n", stderr="")
+
+    monkeypatch.setattr(blas.subprocess, "run", fake_run)
+    df = blas.compare_paths(token_counts=[5, 2])
+    assert sorted(df["T"].unique()) == [1, 2, 5]
+    r = df.set_index(["setting", "T"])["ratio"]
+    assert r[("MKL default", 5)] == 2.0 and r[("MKL_CBWR=AUTO", 5)] == 1.0 and r[("MKL default", 1)] == 1.0
+
+
+def test_compare_paths_names_a_failed_setting(monkeypatch):
+    monkeypatch.setattr(blas.subprocess, "run",
+                        lambda cmd, env, **kw: subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom"))
+    with pytest.raises(RuntimeError, match="(?s)MKL_CBWR=''.*boom"):
+        blas.compare_paths(token_counts=[1])
