@@ -98,6 +98,9 @@ def write_card(summary: dict) -> Path:
     sums = shipped.read_sums(folder)
     size_mb = (folder / "model.safetensors").stat().st_size / 1e6
     a, c = summary["alpha"], summary["cost"]
+    K = summary["best_k"]
+    step_cost = K * c["c"] + c["verify_ratio"]
+    step_yield = float(theory.expected_tokens(a["greedy_all"], K))
     cats = ", ".join(f"{k} {v:.2f}/{a['t1_by_category'][k]:.2f}" for k, v in a["greedy_by_category"].items()
                      if k not in a["greedy"])
     lines = [
@@ -159,9 +162,10 @@ def write_card(summary: dict) -> Path:
         f"set; on the eval mix the draft reaches α {a['greedy_all']:.2f}: it generalises poorly to task types the "
         "templates cover thinly (retrieval contexts, translation). Broader training prompts are the first lever.",
         f"- With α this low, linear SD is {'slower' if summary['speed']['all']['median'] < 1 else 'barely faster'} than "
-        f"autoregressive decoding on a 2-core CPU: a pass over {summary['best_k'] + 1} tokens costs "
-        f"{c['verify_ratio']:.2f} one-token passes there (skinny matrix products are slower per row than "
-        "matrix-vector products), so each step must win back more than half a target pass.",
+        f"autoregressive decoding on a 2-core CPU. A step costs K·c + v = {step_cost:.2f} target passes (K draft "
+        f"passes and one verification pass over K + 1 tokens, v = {c['verify_ratio']:.2f} one-token passes with "
+        f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1 §4b) and must yield more than that many tokens to "
+        f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
@@ -225,7 +229,7 @@ def main() -> int:
     encoded = [(dict(id=p.id, task=p.task, category=p.category), encode(pair, p)) for p in eval_prompts]
     costs = bench.pass_costs(pair.target, drafter.model, encoded[0][1], ks=(best_k,), repeats=40)
     cost = dict(c=costs["c"], draft_ms=costs["ms"]["draft[1]"], target_ms=costs["ms"]["target[1]"],
-                verify_ratio=costs["verify_ratio"][best_k], k=best_k)
+                verify_ratio=costs["verify_ratio"][best_k], k=best_k, blas=sd.blas.mode())
     pd.DataFrame([cost]).to_csv(args.out / "draft_cost.csv", index=False)
     print(f"c = {cost['draft_ms']:.2f} ms / {cost['target_ms']:.2f} ms = {cost['c']:.3f}; "
           f"verify({best_k + 1} tokens) = {cost['verify_ratio']:.2f} target passes")
