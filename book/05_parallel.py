@@ -185,8 +185,8 @@ by_pos.pivot_table(index="position", columns=["drafter", "temperature"], values=
 # One proposal with exactly one unseen token over a `cost_context`-token cache (`parallel.proposal_timer`),
 # every K of both drafters interleaved in one run (order reversed every other round); median and IQR.
 # The block draft's K = 1 proposal is then a pass over a single token, the only case in which a CPU BLAS
-# runs a matrix-*vector* product; every K ≥ 2 pass is a (small) matrix-matrix product. Compare K = 8 with
-# K = 2 as well as with K = 1. Decoding itself rarely offers a single unseen token: the next section but one
+# runs a matrix-*vector* product; every K ≥ 2 pass is a (small) matrix-matrix product, whose kernels differ
+# (chapter 1, section 4b). Compare K = 8 with K = 2 as well as with K = 1. Decoding itself rarely offers a single unseen token: the next section but one
 # measures the draft phase as it happens.
 
 # %%
@@ -410,8 +410,9 @@ if check_speed_claim:
 # - **Net.** Parallel drafting trades K − 1 draft passes per step for the acceptance lost at far positions.
 #   Which side wins depends on the draft: with the shipped block draft, whose masks barely learned positions
 #   ≥ 3 (its model card), the verdict printed above is the measurement, per task in the by-task table. On
-#   a CPU a one-token pass is a matrix-vector product and every longer pass a slower-per-row matrix product,
-#   so even "one pass" costs more than a one-token pass; a GPU changes that balance.
+#   a CPU a one-token pass is a matrix-vector product and every longer pass a matrix product whose cost per
+#   row depends on the BLAS kernels chosen (chapter 1, section 4b: with MKL's default kernels on this
+#   book's CPU a few-row product cost up to M matrix-vector products); a GPU changes that balance again.
 # - **Exact.** Parallel drafting only changes q; the verifier and its guarantees are untouched (greedy
 #   outputs above equal autoregressive decoding; chapter 2 tests the sampled law).
 #
