@@ -316,39 +316,42 @@ print("T where a larger T is faster (model, per S):",
 # %% [markdown]
 # ## 4b. The matmul library decides the verify cost
 #
-# On x86 CPUs, torch hands float32 matrix products to Intel MKL, which picks its kernels for the CPU
-# it detects. With its default choice on this book's AMD EPYC, a product with M = 2–16 input rows —
-# the shape of every verification pass — ran about as slowly as M matrix-vector products: a 5-token
-# pass cost 1.3–1.6 one-token passes and a 2-token pass more than a 5-token one. `MKL_CBWR=AUTO`
-# (MKL's reproducible mode: the best path for this CPU, with a fixed summation order) selects kernels
-# that keep a few-row product near the cost of one row. `import specdec_core` sets it unless the
-# variable is already set (`MKL_CBWR=` keeps MKL's default); everything else in the book, our
-# decoders and transformers' alike, runs with it. MKL reads the variable once per process, so both
-# settings are timed here in fresh subprocesses, one after the other (`specdec_core.blas`).
+# On x86 CPUs, torch hands float32 matrix products to Intel MKL, which decides how to run each one.
+# With its default choices on this book's AMD EPYC, a product with a few input rows (M = 2–16, the shape
+# of every verification pass) ran on **one thread** however many were allowed: a 2-row product took as
+# long on two threads as on one, about two matrix-vector products, and a 5-token pass cost 1.3–1.7
+# one-token passes. `MKL_CBWR=AUTO` (MKL's reproducible mode: the best path for this CPU, a fixed
+# summation order) spreads those products over the threads, which brings a few-row pass back near the
+# cost of one row on two threads (a one-token pass is a matrix-vector product, bound by memory either way).
+# `import specdec_core` sets it unless the variable is already set (`MKL_CBWR=` keeps MKL's default);
+# the rest of the book, our decoders and transformers' alike, runs with it. MKL reads the variable once
+# per process, so each setting is timed in a fresh subprocess (`specdec_core.blas.compare_paths`), one
+# after the other, at every thread count compared in section 2.
 
 # %%
 if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
-    blas_df = sd.blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
-                                    threads=n_threads)
+    blas_df = pd.concat([sd.blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
+                                               threads=n).assign(threads=n) for n in tqdm(thread_counts, desc="BLAS")])
     save(blas_df, "blas_paths")
-    g = sns.relplot(data=blas_df, x="T", y="ratio", hue="setting", col="what", kind="line", marker="o",
-                    height=3.6, aspect=1.25)
+    g = sns.relplot(data=blas_df, x="T", y="ratio", hue="setting", style="threads", col="what", kind="line",
+                    marker="o", height=3.6, aspect=1.25)
     g.set(xscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)")
     for ax in g.axes.flat:
         ax.axhline(1, color="black", lw=0.8)
-    g.fig.suptitle(f"{model}, {dtype}, {tag}: MKL's default kernels vs MKL_CBWR=AUTO", y=1.04)
+    g.fig.suptitle(f"{model}, {dtype}, {tag}: MKL's default choices vs MKL_CBWR=AUTO", y=1.04)
     savefig(g.fig, "blas_paths")
-    blas_tab = blas_df.pivot_table(index="T", columns=["what", "setting"], values="ratio")
-    print("pass over T tokens / one-token pass, per setting:")
-    print(blas_tab.round(2).to_string())
+    print("pass over T tokens / one-token pass, per setting and thread count:")
+    print(blas_df[blas_df.what == "pass"].pivot_table(index="T", columns=["threads", "setting"],
+                                                      values="ratio").round(2).to_string())
 else:
     blas_df = None
     print(f"{tag}: torch's matmuls here do not go through MKL on a CPU; nothing to compare")
 
 # %% [markdown]
-# With MKL's default path, every speculative method pays 30–60% more for its verification pass on this
-# CPU than it needs to. The speedups in chapters 3–6 are measured with `MKL_CBWR=AUTO`; rerun any
-# chapter with `MKL_CBWR=` in the environment to see them under MKL's default choice.
+# With MKL's default choices, every speculative method on this CPU paid 30–70% more for its verification
+# pass than it needs to. Chapters 3–6 decode on every core with `MKL_CBWR=AUTO`; rerun one with
+# `MKL_CBWR=` in the environment to see its speedups under MKL's default choice. (The rest of *this*
+# chapter runs at the thread count fastest for a one-token pass, chosen in section 2.)
 
 # %% [markdown]
 # The roofline picture: each measured pass placed by its arithmetic intensity (x) and the FLOP rate it

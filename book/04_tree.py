@@ -56,8 +56,9 @@ dynamic_sizes = [8, 16]    # node budgets of the dynamic (EAGLE-2-style) trees t
 top_ranks = 8              # draft ranks shown in the rank profile
 cost_repeats = 5           # interleaved rounds when timing single passes
 repeats = 2                # interleaved rounds of the tokens/s comparison
-threads = 1                # CPU threads (0: torch's default); one thread is immune to the wake-up stalls
-                           # of a shared machine (chapter 1), and all runners see the same machine
+threads = 0                # CPU threads (0: torch's default, every core, as in chapters 3 and 6): a verify
+                           # pass over a tree's nodes is a few-row product that MKL spreads over the cores
+                           # (chapter 1, section 4b); on one thread it costs several one-token passes
 device = "cpu"
 out_dir = "../build/book/04_tree"  # figures and CSVs land here
 

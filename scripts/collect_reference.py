@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KEEP = [
     "timings.csv",
     "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
+    "01_bottleneck/blas_paths.csv", "01_bottleneck/blas_paths.png",
     "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
     "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
     "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv",

@@ -1,13 +1,13 @@
 """The CPU matmul library's code path, and what it does to the cost of a verification pass.
 
-On x86 CPUs, torch sends float32 matrix products to Intel MKL. MKL picks a kernel for the CPU it
-detects; on the AMD EPYC this book was measured on, its default choice runs a product with a few
-input rows (M = 2-16, exactly the shape of a speculative verification pass) about as slowly as M
-separate matrix-vector products: a 5-token pass of SmolLM2-135M cost 1.3-1.6 one-token passes, and a
-2- or 3-token pass cost more than a 5-token one. Setting ``MKL_CBWR=AUTO`` (MKL's *conditional
-numerical reproducibility*: use the best path for this CPU, with a fixed summation order) selects
-kernels that keep a few-row product near the cost of one row; the 5-token pass then costs about 1.05
-one-token passes, and every speculative method in the book gains.
+On x86 CPUs, torch sends float32 matrix products to Intel MKL, which decides how to run each one. On
+the AMD EPYC this book was measured on, its default choice runs a product with a few input rows
+(M = 2-16, exactly the shape of a speculative verification pass) on one thread however many are
+allowed, so with two threads a 5-token pass of SmolLM2-135M cost 1.3-1.7 one-token passes and a 2- or
+3-token pass more than a 5-token one. Setting ``MKL_CBWR=AUTO`` (MKL's *conditional numerical
+reproducibility*: the best path for this CPU, with a fixed summation order) spreads those products over
+the threads; on two threads the 5-token pass then costs about 1.05-1.2 one-token passes, and every
+speculative method in the book gains. On one thread the two settings time the same.
 
 MKL reads the variable at its first call, so it must be set before the first matmul of the process.
 ``import specdec_core`` sets it to ``AUTO`` unless it is already set (``MKL_CBWR=`` — empty — keeps
