@@ -495,6 +495,12 @@ assert tc.fitted.iloc[-1] > tc.fitted.iloc[0]
 #   tree for each node budget.
 # - On a CPU a verify pass costs more with every node, so the best tree is small: the search trades
 #   acceptance against pass cost with measured numbers, and the interleaved run confirms the choice.
+# - How much a tree wins depends on the draft and on the verify-cost curve. A tree buys accepted tokens
+#   per pass; a chain with K = 1 buys a 2-token verify pass, which on two cores with `MKL_CBWR=AUTO`
+#   costs no more than a one-token pass (chapter 1, section 4b). With the shipped draft (α ≈ 0.3) the
+#   best tree then only ties the best chain (the ratios above); on one thread, where every few-row pass
+#   costs 1.6–1.7 one-token passes, the same search picks the same 4-node tree and it beat linear SD at
+#   its best K (K = 2) by 1.24× in our run.
 # - Sampling stays exact with recursive rejection sampling over siblings drawn without replacement.
 # - Only the accepted path's KV entries survive, copied down by one index copy; nothing is reallocated.
 #
