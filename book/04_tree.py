@@ -208,8 +208,7 @@ for p_, ids in tqdm(encoded, desc="greedy exactness"):
     if i is not None:
         div.append(dict(id=p_.id, token=i, top2_gap=gap))
 print(f"{len(div)} near-tie divergences in {len(encoded)} prompts")
-assert all(x["top2_gap"] is not None and x["top2_gap"] < 1e-3 for x in div), \
-    f"a greedy divergence that is not a near-tie: {div}"
+assert all(ex.excused(x["token"], x["top2_gap"]) for x in div), f"a greedy divergence that is not a near-tie: {div}"
 pd.DataFrame(div)
 
 # %% [markdown]

@@ -12,6 +12,7 @@ the same forward; what is left is per-step overhead, the only place a decoder of
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import torch
 
@@ -53,7 +54,7 @@ def main():
 
     ids = bench.median_length(prompts)
     fwd = bench.pass_costs(model, None, ids, ks=(1,), decoded=n // 2)["ms"]["target[1]"]
-    runners = {f"{name}[{m}]": (lambda run, m: lambda x: run(x, m))(run, m)
+    runners = {f"{name}[{m}]": partial(run, new=m)
                for name, run in (("transformers", transformers_generate), ("ours", ours)) for m in (1, n + 1)}
     calls = bench.run_interleaved(runners, [(dict(id="ceiling"), ids)], repeats=2 * args.repeats, warmup=1,
                                   progress=False)

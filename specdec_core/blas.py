@@ -62,7 +62,7 @@ def _pass_times(model: str, token_counts: list[int], context: int, repeats: int,
     fns = {("pass", T): pass_fn(T) for T in token_counts}
     fns |= {("bare matmuls", T): pf.matmul_chain(pf.model_linears(target), T) for T in token_counts}
     s = pf.summarize(pf.time_interleaved(fns, repeats=repeats, warmup=1, device=target.device))
-    return [dict(what=n[0], T=n[1], median=r.median, q25=r.q25, q75=r.q75) for n, r in zip(s["name"], s.itertuples())]
+    return [dict(what=r.name[0], T=r.name[1], median=r.median, q25=r.q25, q75=r.q75) for r in s.itertuples()]
 
 
 def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16), context: int = 128,

@@ -394,6 +394,15 @@ def homogeneity_test(a: np.ndarray, b: np.ndarray, min_expected: float = 5.0, mc
 
 
 # -- greedy ------------------------------------------------------------------------------------
+NEAR_TIE = 1e-3  # a target top-2 logit gap below this excuses a float32 greedy divergence
+
+
+def excused(i, gap, tol: float = NEAR_TIE) -> bool:
+    """For ``first_divergence``'s result: the outputs agree (``i is None``) or first differ where the
+    target's top-2 logits are within ``tol``. A length-only difference (``gap is None``) is never excused."""
+    return i is None or (gap is not None and gap < tol)
+
+
 @torch.inference_mode()
 def first_divergence(target, prompt, tokens: list[int], reference: list[int]):
     """(index, top-2 logit gap of the target there) of the first difference between two greedy

@@ -343,4 +343,12 @@ def test_embedded_target_greedy_equal_up_to_near_ties(smol):
             got = sd.generate(smol.target, ids, drafter=smol.drafters[d], method=m, k=4,
                               max_new_tokens=P["greedy_real_len"]).tokens
             i, gap = ex.first_divergence(smol.target, ids, got, ref)
-            assert i is None or (gap is not None and gap < P["near_tie"]), (spec, text, i, gap)
+            assert ex.excused(i, gap, P["near_tie"]), (spec, text, i, gap)
+
+
+def test_excused_only_agreement_or_a_near_tie():
+    assert ex.excused(None, None)                      # identical outputs
+    assert ex.excused(7, 0.5 * ex.NEAR_TIE)            # differ at a near-tie
+    assert not ex.excused(7, 2 * ex.NEAR_TIE)          # differ where the target was sure
+    assert not ex.excused(12, None)                    # one output is a prefix of the other
+    assert ex.excused(7, 0.05, tol=0.1)

@@ -203,7 +203,7 @@ def test_shipped_block_drafter_greedy_exact(smol, smol_prompt):
     ar = sd.generate(smol.target, smol_prompt, max_new_tokens=40)
     par = sd.generate(smol.target, smol_prompt, drafter=block, method="parallel", k=6, max_new_tokens=40)
     i, gap = ex.first_divergence(smol.target, smol_prompt, par.tokens, ar.tokens)
-    assert i is None or gap < 1e-3, f"diverged at {i} with top-2 gap {gap}"
+    assert ex.excused(i, gap), f"diverged at {i} with top-2 gap {gap}"
     assert par.stats["draft_passes"] <= len(par.stats["proposed"]) + 1
     # one short prompt says little about acceptance (the model cards measure it); a block draft that is
     # never right (e.g. masks or vocabulary mis-loaded) accepts nothing at all

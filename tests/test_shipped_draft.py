@@ -68,5 +68,5 @@ def test_linear_with_draft_equals_autoregressive(smol, text):
     assert sp.stats["draft_passes"] > 0
     i, gap = ex.first_divergence(smol.target, ids, sp.tokens, ar.tokens)
     if i is not None:
-        assert gap is not None and gap < 1e-3, f"linear with the draft diverges at token {i}, not a near-tie (top-2 gap {gap})"
+        assert ex.excused(i, gap), f"linear with the draft diverges at token {i}, not a near-tie (top-2 gap {gap})"
         warnings.warn(f"near-tie divergence at token {i}: top-2 logit gap {gap:.2e}")
