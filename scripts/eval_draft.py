@@ -91,6 +91,32 @@ def card_table(summary: dict) -> list[str]:
     return lines
 
 
+def feature_draft_lines() -> list[str]:
+    """The Limitations bullet on the EAGLE-style experiment, from ``scripts/feature_draft.py``'s reference file."""
+    path = REF / "feature_draft.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    sh, wf, z, two = r["shipped"], r["with_features"], r.get("features_zeroed"), r.get("two_step")
+    chain = lambda x: x["alpha_1"] * (1 + x["alpha_2_given_1"])  # expected accepted of the first two positions
+    parts = [f"this draft {sh['alpha_1']:.2f} / {sh['alpha_2_given_1']:.2f}",
+             f"1-layer feature draft {wf['alpha_1']:.2f} / {wf['alpha_2_given_1']:.2f}"]
+    if two:
+        parts.append(f"the same trained on its own first-step output (EAGLE-3's training-time test) "
+                     f"{two['alpha_1']:.2f} / {two['alpha_2_given_1']:.2f}")
+    if z:
+        parts.append(f"features zeroed {z['alpha_1']:.2f} / {z['alpha_2_given_1']:.2f}")
+    best = max([wf] + ([two] if two else []), key=chain)
+    return [
+        "- Would the target's own features help, as in EAGLE? `scripts/feature_draft.py` trains a draft that reads "
+        "the target's final hidden state beside the next token (same records, optimiser, steps and seed; "
+        "`data/reference/feature_draft.json`). Held-out training prompts, teacher-forced, first draft token α₁ / "
+        f"second given the first α₂|₁: {'; '.join(parts)}. Expected accepted tokens over the first two positions "
+        f"(α₁(1 + α₂|₁)): this draft {chain(sh):.2f}, the best feature draft {chain(best):.2f}. On a 135M target the "
+        "features buy a few points on the first token; none of these is near α 0.6.",
+    ]
+
+
 def write_card(summary: dict) -> Path:
     folder = shipped.MODEL_DRAFT
     cfg = json.loads((folder / "config.json").read_text())
@@ -166,6 +192,7 @@ def write_card(summary: dict) -> Path:
         f"passes and one verification pass over K + 1 tokens, v = {c['verify_ratio']:.2f} one-token passes with "
         f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1 §4b) and must yield more than that many tokens to "
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
+        *feature_draft_lines(),
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
