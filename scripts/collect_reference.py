@@ -19,7 +19,7 @@ KEEP = [
     "01_bottleneck/blas_paths.csv", "01_bottleneck/blas_paths.png",
     "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
     "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
-    "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv",
+    "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv", "04_tree/predicted_throughput.csv",
     "05_parallel/draft_cost.csv", "05_parallel/speed.csv", "05_parallel/parallel_vs_linear_by_task.csv",
     "05_parallel/acceptance_by_position.csv",
     "06_speedup/summary.csv", "06_speedup/theory_check.csv", "06_speedup/theory_calls.csv",
