@@ -97,16 +97,14 @@ def feature_draft_lines() -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    sh, wf, z, two = r["shipped"], r["with_features"], r.get("features_zeroed"), r.get("two_step")
+    labels = {"with_features": "1-layer feature draft",
+              "two_step": "the same trained on its own first-step output (EAGLE-3's training-time test)",
+              "features_zeroed": "features zeroed"}
     chain = lambda x: x["alpha_1"] * (1 + x["alpha_2_given_1"])  # expected accepted of the first two positions
-    parts = [f"this draft {sh['alpha_1']:.2f} / {sh['alpha_2_given_1']:.2f}",
-             f"1-layer feature draft {wf['alpha_1']:.2f} / {wf['alpha_2_given_1']:.2f}"]
-    if two:
-        parts.append(f"the same trained on its own first-step output (EAGLE-3's training-time test) "
-                     f"{two['alpha_1']:.2f} / {two['alpha_2_given_1']:.2f}")
-    if z:
-        parts.append(f"features zeroed {z['alpha_1']:.2f} / {z['alpha_2_given_1']:.2f}")
-    best = max([wf] + ([two] if two else []), key=chain)
+    sh = r["shipped"]
+    parts = [f"{label} {r[k]['alpha_1']:.2f} / {r[k]['alpha_2_given_1']:.2f}"
+             for k, label in {"shipped": "this draft", **labels}.items() if k in r]
+    best = max((r[k] for k in ("with_features", "two_step") if k in r), key=chain, default=sh)
     return [
         "- Would the target's own features help, as in EAGLE? `scripts/feature_draft.py` trains a draft that reads "
         "the target's final hidden state beside the next token (same records, optimiser, steps and seed; "

@@ -42,10 +42,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import LlamaModel
 
 import specdec_core as sd
 from specdec_core import distill, shipped
+from specdec_core.draft_model import DraftModel
+from specdec_core.tree import attention_bias
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_drafts  # noqa: E402  (the shipped draft's recipe and teacher data)
@@ -55,18 +56,21 @@ OUT = ROOT / "data" / "reference" / "feature_draft.json"
 PAD = train_drafts.PAD
 
 
-class FeatureDraft(nn.Module):
-    """``[f_t ; e(x_{t+1})] → fc → n Llama layers → h_t`` (normed); logits = h_t @ the target's head rows."""
+class FeatureDraft(DraftModel):
+    """``[f_t ; e(x_{t+1})] → fc → n Llama layers → h_t`` (normed); logits = ``sub_logits(h_t)``.
+
+    A :class:`DraftModel` (its trunk, shared embedding and frozen sub-head) with the input projection ``fc``
+    in front; every trunk layer starts as target layer ``init_layer``, the final norm as the target's. Not a
+    causal LM: :meth:`forward` takes features and next tokens and returns hidden states, so the decoders
+    cannot drive it (this script only measures it).
+    """
 
     def __init__(self, target, vocab: torch.Tensor, n_layers: int, init_layer: int):
-        super().__init__()
         cfg = copy.deepcopy(target.config.get_text_config())
-        cfg.num_hidden_layers, cfg.vocab_size, cfg.pad_token_id = n_layers, 1, None
+        cfg.num_hidden_layers = n_layers
+        super().__init__(cfg, target.get_input_embeddings(), vocab)
         H = cfg.hidden_size
-        self.trunk = LlamaModel(cfg)
-        self.trunk.embed_tokens = None
         self.fc = nn.Linear(2 * H, H)
-        object.__setattr__(self, "embedding", target.get_input_embeddings())  # shared, frozen, not a submodule
         with torch.no_grad():
             for layer in self.trunk.layers:
                 layer.load_state_dict(target.model.layers[init_layer].state_dict())
@@ -75,7 +79,6 @@ class FeatureDraft(nn.Module):
             self.fc.weight[:, H:] = torch.eye(H)
             self.fc.weight[:, :H].normal_(0.0, 0.01)
             self.fc.bias.zero_()
-        self.register_buffer("head", self.embedding.weight.detach()[vocab].clone(), persistent=False)
 
     def forward(self, feat, next_ids, **trunk_kwargs):
         x = self.fc(torch.cat([feat, self.embedding(next_ids)], -1))
@@ -132,10 +135,10 @@ def step_loss_fn(slots, zero_features: bool, w_feat: float, two_step: bool = Fal
             out = m(f2, x2, **kw)
             h, h2 = out[:, :L], out[:, L:]
             v2 = b["valid"][:, 1:]
-            kd2, _ = distill.kd_loss(h2[v2] @ m.head.T, b["t_slot"][:, 1:][v2], b["t_logp"][:, 1:][v2])
+            kd2, _ = distill.kd_loss(m.sub_logits(h2[v2]), b["t_slot"][:, 1:][v2], b["t_logp"][:, 1:][v2])
         else:
             h, kd2 = m(b["feat"], b["next_ids"], attention_mask=b["mask"]), 0.0
-        kd, n = distill.kd_loss(h[b["valid"]] @ m.head.T, b["t_slot"][b["valid"]], b["t_logp"][b["valid"]])
+        kd, n = distill.kd_loss(m.sub_logits(h[b["valid"]]), b["t_slot"][b["valid"]], b["t_logp"][b["valid"]])
         if zero_features:
             return kd + kd2, n
         real = b["mask"].bool()
@@ -155,9 +158,7 @@ def step_pairs(feat, next_ids, mask, h):
     allowed[L:, :L] = torch.arange(L).view(1, -1) <= t.view(-1, 1)
     allowed[L + t, L + t] = True
     keys = torch.cat([mask, mask[:, 1:]], 1).bool()
-    allowed = allowed.unsqueeze(0) & keys.unsqueeze(1)
-    bias = torch.zeros(B, 1, 2 * L - 1, 2 * L - 1, dtype=feat.dtype).masked_fill_(
-        ~allowed.unsqueeze(1), torch.finfo(feat.dtype).min)
+    bias = attention_bias(allowed.unsqueeze(0) & keys.unsqueeze(1), 0, feat.dtype, feat.device)
     pos = torch.cat([torch.arange(L), t + 1]).expand(B, -1)
     return (torch.cat([feat, h[:, :L - 1]], 1), torch.cat([next_ids, next_ids[:, 1:]], 1),
             {"attention_mask": bias, "position_ids": pos})
@@ -173,39 +174,45 @@ def second_step(m, f, x, h, t):
 
 
 @torch.no_grad()
-def chain_alpha(m, records, slots, zero_features: bool) -> dict:
-    """alpha_1 and alpha_2 | 1 on greedy records (see the module docstring)."""
-    vocab = (slots >= 0).nonzero().flatten()
+def chain_alpha(matches, records) -> dict:
+    """alpha_1 and alpha_2 | 1 over the greedy records with >= 3 response tokens. ``matches(r)`` gives the
+    first-step hits ``ok1`` (rows predicting response[1:]) and the second-step hits ``ok2`` (response[2:],
+    aligned with ``ok1[:-1]``, the step that proposed their first token)."""
     hit1 = n1 = hit2 = n2 = 0
-    for r in (r for r in records if r["mode"] == "greedy"):
-        S, n = len(r["prompt"]), r["response"].numel()
-        if n < 3:
-            continue
-        b = batch([r], slots, zero_features)
-        f, x = b["feat"][0], b["next_ids"][0]  # [R, H], [R] with R = S + n - 2 rows
-        h = m(f.unsqueeze(0), x.unsqueeze(0))[0]
-        top1 = r["top_idx"][:, 0].long()  # the target's greedy token at response index j
-        ok1 = vocab[(h @ m.head.T).argmax(-1)][S - 1:] == top1[1:n]  # rows S-1.. predict response[1..]
-        h2 = second_step(m, f, x, torch.zeros_like(h) if zero_features else h, torch.arange(S - 1, x.numel() - 1))
-        ok2 = vocab[(h2 @ m.head.T).argmax(-1)] == top1[2:n]  # row t predicts x_{t+3} = response[t + 3 - S]
+    for r in (r for r in records if r["mode"] == "greedy" and r["response"].numel() >= 3):
+        ok1, ok2 = matches(r)
         hit1, n1 = hit1 + int(ok1.sum()), n1 + ok1.numel()
         hit2, n2 = hit2 + int((ok2 & ok1[:-1]).sum()), n2 + int(ok1[:-1].sum())
     return dict(alpha_1=hit1 / n1, alpha_2_given_1=hit2 / max(n2, 1), positions=n1)
 
 
-@torch.no_grad()
-def shipped_alpha(draft, records, slots) -> dict:
-    """The shipped draft's position-wise agreement and its conditional at the next position."""
-    hit1 = n1 = hit2 = n2 = 0
-    for r in (r for r in records if r["mode"] == "greedy"):
+def feature_matches(m, slots, zero_features: bool):
+    """The feature draft's hits: its first step reads the true f_t, its second its own h_t (:func:`second_step`)."""
+    vocab = (slots >= 0).nonzero().flatten()
+
+    def matches(r):
         S, n = len(r["prompt"]), r["response"].numel()
-        if n < 3:
-            continue
+        b = batch([r], slots, zero_features)
+        f, x = b["feat"][0], b["next_ids"][0]  # [R, H], [R] with R = S + n - 2 rows
+        h = m(f.unsqueeze(0), x.unsqueeze(0))[0]
+        top1 = r["top_idx"][:, 0].long()  # the target's greedy token at response index j
+        ok1 = vocab[m.sub_logits(h).argmax(-1)][S - 1:] == top1[1:n]  # rows S-1.. predict response[1..]
+        h2 = second_step(m, f, x, torch.zeros_like(h) if zero_features else h, torch.arange(S - 1, x.numel() - 1))
+        return ok1, vocab[m.sub_logits(h2).argmax(-1)] == top1[2:n]  # row t predicts response[t + 3 - S]
+
+    return matches
+
+
+def token_matches(draft):
+    """A token-only draft's hits: position-wise agreement; its second step is the next position."""
+
+    def matches(r):
+        S, n = len(r["prompt"]), r["response"].numel()
         ids = torch.cat([r["prompt"], r["response"][:-1]]).long().view(1, -1)
         ok = draft(input_ids=ids).logits[0, S:].argmax(-1) == r["top_idx"][1:n, 0].long()
-        hit1, n1 = hit1 + int(ok.sum()), n1 + ok.numel()
-        hit2, n2 = hit2 + int((ok[1:] & ok[:-1]).sum()), n2 + int(ok[:-1].sum())
-    return dict(alpha_1=hit1 / n1, alpha_2_given_1=hit2 / max(n2, 1), positions=n1)
+        return ok, ok[1:]
+
+    return matches
 
 
 def main() -> int:
@@ -237,7 +244,7 @@ def main() -> int:
                             train_tokens=info["train_tokens"], teacher_folder=info["teacher_folder"]),
                   feature_draft=dict(layers=args.layers, init_layer=args.init_layer, w_feat=args.w_feat,
                                      train=dataclasses.asdict(cfg)),
-                  shipped=shipped_alpha(draft, val_recs, slots))
+                  shipped=chain_alpha(token_matches(draft), val_recs))
     print("shipped draft (2 layers, tokens only):", result["shipped"])
     variants = {"with_features": (False, False), "features_zeroed": (True, False), "two_step": (False, True)}
     for name in args.variants:
@@ -248,7 +255,7 @@ def main() -> int:
         run_dir = ROOT / "data" / "train_cache" / key
         run_dir.mkdir(parents=True, exist_ok=True)
         hist = distill.train(m, step_loss_fn(slots, zero, args.w_feat, two), train_recs, cfg, ckpt=run_dir / "ckpt.pt")
-        result[name] = dict(chain_alpha(m, val_recs, slots, zero), train_seconds=round(hist["seconds"], 1),
+        result[name] = dict(chain_alpha(feature_matches(m, slots, zero), val_recs), train_seconds=round(hist["seconds"], 1),
                             final_loss=round(sum(hist["losses"][-50:]) / len(hist["losses"][-50:]), 4))
         print(name, result[name])
     result["seconds"] = round(time.perf_counter() - t0, 1)

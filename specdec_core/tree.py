@@ -140,11 +140,14 @@ def _tree_of(paths: tuple[Path, ...]) -> Tree:
 
 
 def attention_bias(allowed: torch.Tensor, past: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """``allowed [T, M]`` (bool) → additive mask ``[1, 1, T, past + M]``: the ``past`` cache slots are
-    visible to every row; the last M columns follow ``allowed`` (0 = attend, dtype-min = blocked)."""
-    T, M = allowed.shape
-    out = torch.zeros(1, 1, T, past + M, dtype=dtype, device=device)
-    out[0, 0, :, past:].masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
+    """``allowed [T, M]`` or ``[B, T, M]`` (bool) → additive mask ``[1 or B, 1, T, past + M]``: the ``past``
+    cache slots are visible to every row; the last M columns follow ``allowed`` (0 = attend, dtype-min = blocked)."""
+    allowed = allowed.to(device)
+    if allowed.dim() == 2:
+        allowed = allowed.unsqueeze(0)
+    B, T, M = allowed.shape
+    out = torch.zeros(B, 1, T, past + M, dtype=dtype, device=device)
+    out[:, 0, :, past:].masked_fill_(~allowed, torch.finfo(dtype).min)
     return out
 
 
