@@ -1,12 +1,12 @@
-"""``generate``: one entry point for every decoding strategy, with input validation."""
+"""``generate``: one entry point for every decoding method, with input validation."""
 from __future__ import annotations
 
 import torch
 
-from .autoregressive import autoregressive
-from .linear import linear
+from .loop import Autoregressive, Linear, TreeSearch, steps
+from .record import Result, Stats
 from .sampling import SamplingParams, make_generator
-from .stats import Result
+from .tree import resolve_shape, tree_size
 
 METHODS = ("autoregressive", "linear", "tree", "parallel")
 
@@ -36,21 +36,22 @@ def _prompt_tensor(input_ids, vocab_size: int) -> torch.Tensor:
 def headroom(method: str, k: int, tree=None) -> int:
     """Extra cache slots a step may write beyond the committed tokens."""
     if method == "tree":
-        from .tree import tree_size
-
         return tree_size(tree, k) + 1
     return k + 1
 
 
 def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int = 0, cache_len: int | None = None, tree=None) -> Result:
+             seed: int = 0, cache_len: int | None = None, tree=None, rule=None) -> Result:
     """Decode ``max_new_tokens`` after ``input_ids`` (``[S]`` ids, already chat-templated).
 
     method: ``"autoregressive"``, ``"linear"``, ``"tree"`` or ``"parallel"``; ``k`` is the draft length /
     tree depth / block size. ``temperature=0`` is greedy. ``cache_len`` caps the KV cache (default: prompt +
-    max_new_tokens + what one speculative step may write). Returns a :class:`Result` (``.tokens`` new
-    tokens only, ``.stats``).
+    max_new_tokens + what one speculative step may write). ``tree``: the tree shape (method ``"tree"``, see
+    :func:`specdec_core.tree.resolve_shape`). ``rule``: the accept rule for sampling (default
+    :func:`~specdec_core.verify.speculative_sample`, or :func:`~specdec_core.verify.tree_speculative_sample`
+    for trees); the negative controls of chapter 2 pass theirs. Returns a :class:`Result` (``.tokens`` new
+    tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
     params = SamplingParams(temperature, top_k, top_p)
     if method not in METHODS:
@@ -81,15 +82,14 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
             f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) exceed the model's "
             f"{max_pos} positions"
         )
-    device = next(target.parameters()).device
-    gen = make_generator(device, seed)
-    eos = eos_ids(target)
+    gen = make_generator(next(target.parameters()).device, seed)
     if method == "autoregressive":
-        return autoregressive(target, prompt, max_new_tokens, params, gen, eos, capacity)
-    if method == "linear":
-        return linear(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity)
-    if method == "parallel":
-        return linear(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity, method="parallel")
-    from .tree import tree_decode
-
-    return tree_decode(target, drafter, prompt, k, max_new_tokens, params, gen, eos, capacity, tree)
+        spec = Autoregressive(params, gen)
+    elif method == "tree":
+        shape = resolve_shape(tree, k)
+        spec = TreeSearch(params, gen, drafter, k, shape, **({"rule": rule} if rule else {}))
+    else:
+        spec = Linear(params, gen, drafter, k, name=method, **({"rule": rule} if rule else {}))
+    stats = Stats(method)
+    tokens = [t for new in steps(spec, target, prompt, max_new_tokens, eos_ids(target), capacity, stats) for t in new]
+    return Result(tokens, stats)

@@ -1,6 +1,6 @@
 """Drafters: anything that proposes K tokens together with the exact laws q they were drawn from.
 
-Interface (the loop in :mod:`specdec_core.linear` is its only caller):
+Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only callers):
 
 - ``bind(target)``: check the drafter fits the target (same vocabulary) before decoding.
 - ``reset(prompt, capacity)``: start a new sequence.
@@ -10,13 +10,18 @@ Interface (the loop in :mod:`specdec_core.linear` is its only caller):
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
 
-Trees (:mod:`specdec_core.tree`) use two more methods; the defaults propose the drafter's chain as a
+Trees (:class:`specdec_core.loop.TreeSpec`) use two more methods; the defaults propose the drafter's chain as a
 one-branch tree, so every drafter works with ``method="tree"``:
 
 - ``propose_tree(context, shape, k, params, generator) -> TreeDraft``: a tree of depth <= k grown
   to ``shape`` (a :class:`~specdec_core.tree.Tree` or :class:`~specdec_core.tree.Dynamic`), with the
   law q each node's token was drawn from.
 - ``accept_path(path)``: the verifier kept the nodes ``path`` (node ids, root excluded, root to leaf).
+
+A drafter decides from the committed context and its own draws only, never from the target's verdict on
+the tokens it is drafting: that is what keeps every method exact. Three drafters: :class:`ModelDrafter`
+(any causal LM, K passes), :class:`NGramDrafter` (prompt lookup, no model) and :class:`BlockDrafter`
+(parallel drafting: K tokens from one pass of a block draft, :mod:`specdec_core.models.block`).
 """
 from __future__ import annotations
 
@@ -25,8 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from .lm import CachedLM
-from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits
-from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, keep_slots, shape_depth, tree_size
+from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits, sample
+from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
 
 
 @dataclass
@@ -84,7 +89,7 @@ class ModelDrafter(Drafter):
     def reset(self, prompt, capacity):
         if self.lm is None or self.lm.cache.capacity < capacity:
             self.lm = CachedLM(self.model, capacity)
-        self.lm.cache.length = 0
+        self.lm.cache.reset()
 
     def propose(self, context, k, params, generator):
         lm = self.lm
@@ -136,7 +141,7 @@ class ModelDrafter(Drafter):
 
     def accept_path(self, path):
         """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy)."""
-        keep_slots(self.lm.cache, [self._base + i - 1 for i in path if i <= self._written], start=self._base)
+        self.lm.cache.keep([self._base + i - 1 for i in path if i <= self._written], start=self._base)
 
 
 class NGramDrafter(Drafter):
@@ -214,3 +219,93 @@ class NGramDrafter(Drafter):
 
     def accept_path(self, path):
         pass
+
+
+class BlockDrafter(Drafter):
+    """K draft tokens from one pass of a :class:`~specdec_core.models.block.BlockDraftModel` (K is capped at
+    ``max_block``), PARD-style: the last token's row predicts x_1, MASK_j's row x_{j+1}.
+
+    Each x_i is drawn from its processed law q_i = ``process_logits(row_i)``; q_i depends on the committed
+    context only, never on x_<i, which is all speculative sampling needs to stay lossless (the verifier
+    compares x_i with p_i(· | context, x_<i)). A whole tree also costs one pass (Medusa-style).
+
+    The draft's :class:`~specdec_core.kvcache.KVCache` holds exactly the committed tokens between steps.
+    A proposal feeds the unseen committed tokens (the whole prompt, the first time) and K − 1 masks in one
+    pass that computes K rows of logits; the masks' KV entries are not committed.
+    """
+
+    name = "block"
+
+    def __init__(self, model):
+        self.model = model
+        self.vocab_size = model.config.vocab_size
+        self.max_block = model.max_block
+        self.lm: CachedLM | None = None
+
+    def mask_ids(self, n: int) -> list[int]:
+        return [self.vocab_size + j for j in range(n)]
+
+    def reset(self, prompt, capacity):
+        need = capacity + self.max_block  # masks are written past the committed tokens (never committed)
+        if self.lm is None or self.lm.cache.capacity < need:
+            self.lm = CachedLM(self.model, need)
+        self.lm.cache.reset()
+
+    def _block_pass(self, context: list[int], k: int) -> torch.Tensor:
+        """One pass over [unseen…, MASK_1..MASK_{k-1}] → sub-vocabulary logits ``[k, N]`` of the last k rows
+        (``full_vocab=False``: no full-vocabulary scatter). The cache commits the unseen tokens only: the
+        masks' KV entries stay beyond ``length``, never read, overwritten next time (as after a rollback)."""
+        unseen = context[self.lm.length:]
+        if not unseen:
+            raise ValueError("the last context token must be new to the drafter (the loop's invariant)")
+        ids = torch.tensor(unseen + self.mask_ids(k - 1), dtype=torch.long)
+        if self.lm.length + ids.numel() > self.lm.cache.capacity:
+            raise ValueError(f"block of {ids.numel()} positions does not fit the draft's KV cache of "
+                             f"{self.lm.cache.capacity}")
+        return self.lm.forward(ids, commit=len(unseen), keep_last=k, full_vocab=False)
+
+    def _laws(self, sub: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sub-vocabulary logits ``[k, N]`` → (q over the draft vocabulary ``[k, N]``, q over V ``[k, V]``)."""
+        q_sub = process_logits(sub, params)  # the same law as process_logits on the -inf-padded row
+        q = torch.zeros(sub.shape[0], self.vocab_size, dtype=q_sub.dtype, device=q_sub.device)
+        q[:, self.model.vocab] = q_sub
+        return q_sub, q
+
+    def propose(self, context, k, params: SamplingParams, generator) -> Draft:
+        """Up to ``min(k, max_block)`` tokens in one pass; x_i ~ q_i = process_logits(row i) (greedy: argmax)."""
+        k = min(k, self.max_block)
+        sub = self._block_pass(context, k)
+        vocab = self.model.vocab
+        if params.greedy:
+            return Draft(vocab[sub.argmax(-1)].cpu(), None, passes=1)
+        q_sub, q = self._laws(sub, params)  # q: exactly the laws the tokens are drawn from
+        return Draft(vocab[sample(q_sub, generator)].cpu(), q, passes=1)
+
+    def accept(self, n):
+        pass  # the cache holds the committed context only: the accepted tokens are fed next time
+
+    def propose_tree(self, context, shape, k, params, generator) -> TreeDraft:
+        """A tree of depth <= min(k, max_block) from one pass: every node at depth d draws its children
+        from the law of offset d + 1 (greedy: its top tokens; sampling: draws without replacement, each
+        child carrying its law), so siblings under different parents repeat the same choices."""
+        depth = min(shape_depth(shape, k), self.max_block)
+        sub = self._block_pass(context, depth)
+        logits = sub.new_full((depth, self.vocab_size), float("-inf"))
+        logits[:, self.model.vocab] = sub
+        q = None if params.greedy else self._laws(sub, params)[1]
+        grow = TreeBuilder(shape, depth)
+        while True:
+            d, F = grow.depth, len(grow.frontier)
+            if params.greedy:
+                score = torch.softmax(logits[d].double(), -1).expand(F, -1) if isinstance(shape, Dynamic) else None
+            else:
+                score = q[d].expand(F, -1)
+            for u, m in zip(grow.frontier, grow.plan(score)):
+                if m:
+                    grow.add(u, *draw_siblings(logits[d], None if q is None else q[d], m, generator))
+            if not grow.advance():
+                break
+        return grow.result(passes=1)
+
+    def accept_path(self, path):
+        pass  # no node was written to the draft's cache

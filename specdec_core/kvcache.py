@@ -16,7 +16,8 @@ Contract (positions are absolute token positions in the sequence):
   overwritten by the next write.
 - :meth:`compact` ``(keep, start)`` copies the entries at positions ``keep`` to ``[start, start + len(keep))``
   (one ``index_select`` + ``copy_`` per layer) and sets ``length = start + len(keep)``; trees use
-  it to keep only the accepted path.
+  it to keep only the accepted path; :meth:`keep` picks the pointer move when the entries are already in place.
+- :meth:`reset` empties the cache for a new sequence. Nothing outside this module sets ``length``.
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ class _SlabLayer(CacheLayerMixin):
         return self.owner.capacity
 
     def reset(self) -> None:
-        self.owner.length = 0
+        self.owner.reset()
 
 
 class KVCache(Cache):
@@ -106,6 +107,20 @@ class KVCache(Cache):
                 for buf in (layer.keys, layer.values):
                     buf[:, :, start:start + n].copy_(buf.index_select(2, keep))
         self.length = start + n
+
+    def keep(self, slots: list[int], start: int) -> None:
+        """Keep the entries at ``slots`` as ``[start, start + len(slots))``: a pointer move when they already
+        are there, else one index copy (:meth:`compact`). Nothing is reallocated."""
+        if slots == list(range(start, start + len(slots))):
+            if start + len(slots) > self.length:
+                raise ValueError(f"cannot keep slots up to {start + len(slots)}: only {self.length} are written")
+            self.length = start + len(slots)
+        else:
+            self.compact(torch.tensor(slots, dtype=torch.long), start)
+
+    def reset(self) -> None:
+        """Forget every position (a new sequence); the buffers stay allocated."""
+        self.length = 0
 
     def nbytes(self) -> int:
         return sum(l.keys.nbytes + l.values.nbytes for l in self.layers)

@@ -11,7 +11,7 @@ from .kvcache import KVCache
 
 
 class CachedLM:
-    """One sequence decoded by ``model``; every pass appends to :attr:`cache` and commits.
+    """One sequence decoded by ``model``; a pass appends to :attr:`cache` and, by default, commits.
 
     Attributes: ``model``, ``cache`` (:class:`KVCache`), ``device``, ``dtype``.
     """
@@ -34,13 +34,19 @@ class CachedLM:
         mask: torch.Tensor | None = None,
         last_only: bool = False,
         hidden: bool = False,
+        commit: bool | int = True,
+        keep_last: int = 0,
+        **model_kwargs,
     ):
-        """Run ``tokens [T]`` at cache slots ``[length, length + T)`` and commit them.
+        """Run ``tokens [T]`` at cache slots ``[length, length + T)``.
 
         positions: ``[T]`` rotary positions (default: the slots themselves; trees pass depths).
         mask: optional 4D additive mask ``[1, 1, T, length + T]`` (0 = attend, dtype-min = blocked).
-        Returns logits ``[T, V]`` (``[1, V]`` if ``last_only``); with ``hidden=True`` also the final
-        normalized hidden states ``[T, H]``.
+        commit: ``True`` commits the T entries, ``False`` none (a pass that leaves the cache as it was:
+        the entries lie past ``length``, never read, overwritten next time), an int n the first n.
+        keep_last: logits of the last n rows only (``last_only`` = 1; 0 = all); ``model_kwargs`` go to the
+        model's forward (the block draft's ``full_vocab``). Returns logits ``[T, V]`` (or the last rows);
+        with ``hidden=True`` also the final normalized hidden states ``[T, H]``.
         """
         T, start = tokens.numel(), self.cache.length
         if start + T > self.cache.capacity:
@@ -57,10 +63,11 @@ class CachedLM:
             attention_mask=mask,
             past_key_values=self.cache,
             use_cache=True,
-            logits_to_keep=1 if last_only else 0,
+            logits_to_keep=1 if last_only else keep_last,
             output_hidden_states=hidden,
+            **model_kwargs,
         )
-        self.cache.advance(T)
+        self.cache.advance(T if commit is True else int(commit))
         if hidden:
             return out.logits[0], out.hidden_states[-1][0]
         return out.logits[0]

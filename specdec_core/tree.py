@@ -11,30 +11,30 @@ nodes 1..N follow in (depth, path) order, the order in which they are drafted, w
 and verified. :class:`Dynamic` grows the tree instead from the draft's own probabilities (top-k
 expansion under a node budget, as in EAGLE-2), one depth per draft pass.
 
-One step has the four phases of :mod:`specdec_core.linear`:
+A tree step (:class:`specdec_core.loop.TreeSpec`) has the four phases of every method:
 
-1. **draft**  the drafter grows the tree (``Drafter.propose_tree``): node tokens and, when sampling,
-   the law q each node's token was drawn from.
+1. **draft**  the drafter grows the tree (``Drafter.propose_tree``, with :class:`TreeBuilder`): node tokens
+   and, when sampling, the law q each node's token was drawn from (:func:`draw_siblings`).
 2. **verify** one target pass over [root, node_1..node_N] at positions ``L + depth`` with a 4D mask in
-   which each node sees the committed prefix and its own ancestors: N + 1 next-token laws p.
-3. **accept** greedy: :func:`greedy_tree_accept`; sampling: :func:`tree_speculative_sample`.
-4. **commit** copy the accepted path's KV entries to contiguous slots (``KVCache.compact``, an index copy
+   which each node sees the committed prefix and its own ancestors (:meth:`Tree.bias`): N + 1 laws p.
+3. **accept** greedy: :func:`~specdec_core.verify.greedy_tree_accept`; sampling:
+   :func:`~specdec_core.verify.tree_speculative_sample`.
+4. **commit** copy the accepted path's KV entries to contiguous slots (``KVCache.keep``, an index copy
    in the preallocated buffers) in the target and in the drafter; emit the tokens (cut at EOS/budget).
+
+Choosing a tree from measurements (Sequoia's positional model) is study code:
+:mod:`specdec_core.study.treesearch`.
 
 Notation: p = target law, q = draft law.
 """
 from __future__ import annotations
 
 import functools
-import heapq
 from dataclasses import dataclass
 
 import torch
 
-from .lm import CachedLM
-from .linear import emit
-from .sampling import SamplingParams, choose, process_logits, sample
-from .stats import Clock, Result, finish_stats, new_stats
+from .sampling import sample
 
 Path = tuple[int, ...]
 
@@ -110,6 +110,10 @@ class Tree:
         """The same tree cut at ``depth``."""
         return self if depth >= self.depth else Tree.of([p for p in self.paths if len(p) <= depth])
 
+    def __contains__(self, path) -> bool:
+        """True if the tree has a node at this index path (``()`` is the root)."""
+        return tuple(path) in self._index
+
     def n_children(self, path: Path) -> int:
         """Number of children of the node at ``path`` (0 if the tree has no such node)."""
         i = self._index.get(path)
@@ -161,7 +165,7 @@ class Dynamic:
     draft's estimate that the target reaches u). The ``width`` best candidates of the depth become nodes,
     until ``budget`` nodes in all. Scores use only the *sorted* law of the parent, known before any child
     is drawn, so the shape never depends on the children's own tokens (this keeps sampling exact, see
-    :func:`tree_speculative_sample`). Greedy scores with softmax(draft logits).
+    :func:`~specdec_core.verify.tree_speculative_sample`). Greedy scores with softmax(draft logits).
     """
 
     budget: int = 16
@@ -220,56 +224,6 @@ def shape_depth(shape, k: int) -> int:
     return min(k, shape.depth) if isinstance(shape, Tree) else min(k, shape.budget)
 
 
-# -- choosing a tree: Sequoia's positional model --------------------------------------------------
-def greedy_accept_lengths(tree: Tree, ranks: list[int]) -> list[int]:
-    """Accepted path length of a greedy step starting at every position of a decoded text.
-
-    ``ranks[t]``: the draft's rank of the text's token t given the text before it (0 = its top choice).
-    Under greedy decoding the accepted path follows the target's own text, so a step whose root is token
-    s accepts depth d iff the tree holds the node ``(ranks[s+1], .., ranks[s+d])``: exact, no model run.
-    """
-    out = []
-    for s in range(len(ranks)):
-        path, d = (), 0
-        while s + 1 + d < len(ranks) and path + (ranks[s + 1 + d],) in tree._index:
-            path += (ranks[s + 1 + d],)
-            d += 1
-        out.append(d)
-    return out
-
-
-def replay_greedy(tree: Tree, ranks: list[int]) -> list[int]:
-    """Accepted lengths of the steps greedy tree decoding takes on a text it produced (``ranks`` as in
-    :func:`greedy_accept_lengths`, token 0 from the prefill): each step starts right after the previous
-    step's accepted tokens and the target's own one, and stops at the end of the text."""
-    lengths, s, steps = greedy_accept_lengths(tree, ranks), 0, []
-    while s < len(ranks) - 1:
-        steps.append(lengths[s])
-        s += lengths[s] + 1
-    return steps
-
-
-def optimal_tree(rank_probs, n: int, depth: int) -> Tree:
-    """The n-node tree of depth <= ``depth`` with the largest expected accepted length when the child of rank r
-    is the accepted one with probability ``rank_probs[r]``, independently at every depth (Sequoia's positional
-    acceptance model, Chen et al. 2024). A node's chance of being on the accepted path is the product of
-    rank_probs along its path; the expected accepted length is their sum over nodes. Values shrink from a
-    node to its children and (for sorted rank_probs) to its younger siblings, so growing the tree by always
-    adding the most valuable frontier node (a heap) is optimal and keeps ranks contiguous."""
-    rp = [float(x) for x in rank_probs]
-    heap, paths = [(-rp[0], (0,), 1.0)], []  # (−value, path, value of the parent)
-    while heap and len(paths) < n:
-        neg, path, parent = heapq.heappop(heap)
-        if -neg <= 0:
-            break
-        paths.append(path)
-        if len(path) < depth:
-            heapq.heappush(heap, (neg * rp[0], path + (0,), -neg))
-        if path[-1] + 1 < len(rp):
-            heapq.heappush(heap, (-parent * rp[path[-1] + 1], path[:-1] + (path[-1] + 1,), parent))
-    return Tree.of(paths)
-
-
 # -- drafting a tree --------------------------------------------------------------------------------
 @dataclass
 class TreeDraft:
@@ -284,7 +238,7 @@ def draw_siblings(logits: torch.Tensor, q: torch.Tensor | None, m: int, generato
 
     Greedy: the m highest logits, best first. Sampling: m draws **without replacement**: child j is drawn
     from q with children 0..j-1 removed and renormalized; that law is returned as child j's q, which is
-    exactly what :func:`tree_speculative_sample` uses for it. Fewer than m children if q has fewer than
+    exactly what :func:`~specdec_core.verify.tree_speculative_sample` uses for it. Fewer than m children if q has fewer than
     m tokens with mass (a function of q alone, fixed before any draw). Returns (tokens, laws | None).
     """
     if q is None:
@@ -366,128 +320,3 @@ class TreeBuilder:
         assert tree.paths == tuple(self.paths[1:]), "nodes were not drafted in tree order"
         q = torch.stack(self.laws) if self.laws else None
         return TreeDraft(tree, torch.tensor(self.tokens, dtype=torch.long), q, passes)
-
-
-# -- accept: pure functions -------------------------------------------------------------------------
-def greedy_tree_accept(tree: Tree, tokens: torch.Tensor, target_argmax: torch.Tensor):
-    """Greedy rule on a tree. tokens ``[N]``, target_argmax ``[N+1]`` → (path, new tokens ``[len(path)+1]``).
-
-    Descend from the root while a child's token equals the target's argmax at the current node: the
-    longest root-to-node path that plain greedy decoding would also produce; then the target's own token.
-    """
-    tk, am = tokens.tolist(), target_argmax.tolist()
-    node, path = 0, []
-    while True:
-        nxt = next((c for c in tree.children[node] if tk[c - 1] == am[node]), None)
-        if nxt is None:
-            break
-        path.append(nxt)
-        node = nxt
-    return path, torch.tensor([tk[c - 1] for c in path] + [am[node]], dtype=torch.long)
-
-
-def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm((r − q)^+): what is left of the law r once a draw from q has been rejected."""
-    res = (r - q).clamp_min(0.0)
-    total = res.sum()
-    # total == 0 only if r <= q everywhere, i.e. r == q: rejection then has probability 0; guard rounding
-    return res / total if total > 0 else r
-
-
-def tree_speculative_sample(tree: Tree, tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator):
-    """Recursive rejection sampling down the tree. tokens ``[N]``; q ``[N, V]``: the law node i's token was
-    drawn from; p ``[N+1, V]``: the target's law at every node. Returns (path, new tokens ``[len(path)+1]``).
-
-    At a node with children c_1..c_m (rank order): r ← p(node); for j = 1..m accept x_j = token(c_j) with
-    probability min(1, r(x_j) / q_j(x_j)) and descend into c_j; else r ← norm((r − q_j)^+). If no child is
-    accepted, emit a sample of r and stop; at a leaf r = p(leaf) (the bonus token).
-
-    This is SpecInfer's multi-step speculative sampling with q_j allowed to change between siblings, which
-    covers siblings drawn without replacement (Jeon et al. 2024, Sequoia): our drafters draw them that way
-    (:func:`draw_siblings`). Exact: let r_j be the residual before sibling j. Given everything drafted
-    before x_j, x_j ~ q_j, and r_{j+1} = norm((r_j − q_j)^+) is fixed before x_j is drawn. By induction from
-    the last step (emit a sample of r_{m+1}), the token emitted from step j on has law
-    q_j·min(1, r_j/q_j) + P(reject)·r_{j+1} = min(q_j, r_j) + (r_j − q_j)^+ = r_j; so the node emits p(node).
-    Once a child is accepted its own children were drawn from q given that path, and the same argument
-    holds one level down: the emitted sequence has the target's law. The only requirement on the drafter
-    is that a node's number of children is fixed before they are drawn (:class:`Dynamic` respects it).
-    """
-    dev = p.device
-    tk, q = tokens.tolist(), q.to(dev)
-    node, path = 0, []
-    while True:
-        r, accepted = p[node], None
-        for c in tree.children[node]:
-            x, qc = tk[c - 1], q[c - 1]
-            if not qc[x] > 0:
-                raise ValueError("a draft token has q(x) = 0: q is not the law the draft sampled from")
-            u = torch.rand((), generator=generator, device=dev, dtype=p.dtype)
-            if u * qc[x] < r[x]:  # u < r/q without dividing
-                accepted = c
-                break
-            r = residual(r, qc)
-        if accepted is None:
-            last = int(sample(r, generator))
-            return path, torch.tensor([tk[c - 1] for c in path] + [last], dtype=torch.long)
-        path.append(accepted)
-        node = accepted
-
-
-# -- commit ----------------------------------------------------------------------------------------
-def keep_slots(cache, slots: list[int], start: int) -> None:
-    """Keep the cache entries at ``slots`` as ``[start, start + len(slots))``: a pointer move when they
-    already are there, else one index copy (``KVCache.compact``). Nothing is reallocated."""
-    if slots == list(range(start, start + len(slots))):
-        cache.length = start + len(slots)
-    else:
-        cache.compact(torch.tensor(slots, dtype=torch.long), start)
-
-
-# -- the loop ---------------------------------------------------------------------------------------
-def tree_decode(target, drafter, prompt: torch.Tensor, k: int, max_new_tokens: int, params: SamplingParams,
-                generator, eos: set[int], capacity: int, tree=None) -> Result:
-    """Tree speculative decoding with depth ``k`` (see the module docstring). Stats add ``nodes_per_pass``
-    (nodes verified by each pass, root excluded); ``proposed`` holds each tree's depth, ``accepted_lengths``
-    the accepted path lengths."""
-    shape = resolve_shape(tree, k)
-    stats = new_stats("tree")
-    stats["nodes_per_pass"] = []
-    lm = CachedLM(target, capacity)
-    clock = Clock(stats, lm.device)
-    drafter.reset(prompt, capacity)
-    with clock.phase("prefill"):
-        logits = lm.forward(prompt, last_only=True)[-1]
-        tok, _ = choose(logits, params, generator)
-    stats["target_passes"] += 1
-    clock.mark_tokens(1)
-    out, seq = [tok], prompt.tolist() + [tok]
-    done = tok in eos or max_new_tokens <= 1
-    t_decode = clock.now()
-    while not done:
-        with clock.phase("draft"):
-            d = drafter.propose_tree(seq, shape, min(k, max_new_tokens - len(out)), params, generator)
-        t = d.tree
-        with clock.phase("verify"):
-            L = lm.length  # the root goes to slot L, node i to slot L + i
-            logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + t.depths,
-                                mask=t.bias(L, lm.dtype, lm.device))  # [N+1, V]
-        with clock.phase("accept"):
-            if params.greedy:
-                path, new = greedy_tree_accept(t, d.tokens, logits.argmax(-1))
-            else:
-                path, new = tree_speculative_sample(t, d.tokens, d.q, process_logits(logits, params), generator)
-        with clock.phase("commit"):
-            keep_slots(lm.cache, [L + i for i in path], start=L + 1)
-            drafter.accept_path(path)
-            before = len(out)
-            done = emit(out, new.tolist(), max_new_tokens, eos)
-            seq += out[before:]
-            tok = seq[-1]
-        stats["target_passes"] += 1
-        stats["draft_passes"] += d.passes
-        stats["proposed"].append(t.depth)
-        stats["accepted_lengths"].append(len(path))
-        stats["nodes_per_pass"].append(t.n)
-        clock.mark_tokens(len(out) - before)
-    stats["decode_s"] = clock.now() - t_decode
-    return Result(out, finish_stats(stats, len(out)))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core import bench, theory
+from specdec_core.study import bench, theory
 
 
 def synthetic_runs(alphas, k=4, c=0.1, verify=1.3, t_token=0.05, n=65, slowdown=1.0):

@@ -1,4 +1,4 @@
-"""specdec_core.blas: the MKL setting is chosen on import, and a caller's own setting wins."""
+"""specdec_core.study.blas: the MKL setting is chosen on import, and a caller's own setting wins."""
 import json
 import os
 import subprocess
@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from specdec_core import blas
+from specdec_core.study import blas
 
-PROBE = "import os, specdec_core as sd; print(repr(os.environ.get('MKL_CBWR')), sd.blas.mode())"
+PROBE = ("import os, specdec_core as sd; from specdec_core.study import blas; "
+         "print(repr(os.environ.get('MKL_CBWR')), blas.mode())")
 
 
 def _run(env_value):
@@ -26,7 +27,7 @@ def test_import_sets_default_unless_caller_did(given, seen, mode):
     assert got[0] == seen and got[1] == mode
 
 
-def test_compare_paths_reports_ratios_against_one_token(monkeypatch):
+def test_compare_paths_reports_ratios_against_one_token():
     """The parent side of compare_paths, with the subprocess replaced by a canned timing line."""
     def fake_run(cmd, env, **kw):
         scale = 1.0 if env[blas.VAR] else 2.0  # MKL default: every T > 1 twice as dear
@@ -35,15 +36,15 @@ def test_compare_paths_reports_ratios_against_one_token(monkeypatch):
                 for T in args["token_counts"]]
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(rows) + "\n", stderr="")
 
-    monkeypatch.setattr(blas.subprocess, "run", fake_run)
-    df = blas.compare_paths(token_counts=[5, 2])
+    df = blas.compare_paths(token_counts=[5, 2], run=fake_run)
     assert sorted(df["T"].unique()) == [1, 2, 5]
     r = df.set_index(["setting", "T"])["ratio"]
     assert r[("MKL default", 5)] == 2.0 and r[("MKL_CBWR=AUTO", 5)] == 1.0 and r[("MKL default", 1)] == 1.0
 
 
-def test_compare_paths_names_a_failed_setting(monkeypatch):
-    monkeypatch.setattr(blas.subprocess, "run",
-                        lambda cmd, env, **kw: subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom"))
+def test_compare_paths_names_a_failed_setting():
+    def failing(cmd, env, **kw):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom")
+
     with pytest.raises(RuntimeError, match="(?s)MKL_CBWR=''.*boom"):
-        blas.compare_paths(token_counts=[1])
+        blas.compare_paths(token_counts=[1], run=failing)

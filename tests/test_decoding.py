@@ -21,6 +21,7 @@ def test_toy_autoregressive_equals_transformers_generate(seed):
     res = sd.generate(toy.target, ids, max_new_tokens=40)
     assert res.tokens == hf_greedy(toy.target, ids, 40)
     assert len(res.tokens) == 40 and res.stats["target_passes"] == 40
+    assert sum(res.stats["proposed"]) == 0 and res.stats["alpha"] != res.stats["alpha"]  # nothing drafted: NaN
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])
@@ -38,7 +39,11 @@ def test_linear_stats_record(toy16):
     res = sd.generate(toy16.target, [1, 2], drafter=toy16.drafter, method="linear", k=4, max_new_tokens=30)
     s = res.stats
     assert s["target_passes"] == 1 + len(s["accepted_lengths"])
-    assert s["draft_passes"] == sum(s["proposed"])
+    assert s["draft_passes"] == sum(s["drafted"])  # a model draft: one pass per drafted token
+    # proposed = tokens tested: the accepted ones plus the first rejected one (none after a full accept)
+    assert s["proposed"] == [a + (a < d) for a, d in zip(s["accepted_lengths"], s["drafted"])]
+    assert s["alpha"] == sum(s["accepted_lengths"]) / sum(s["proposed"])
+    assert len(s["tv_alpha"]) == sum(s["proposed"]) and s["alpha_tv"] == s["alpha"]  # greedy: tests are 0/1
     # every pass emits accepted + 1 tokens, except possibly the last (cut at the budget)
     assert sum(n + 1 for n in s["accepted_lengths"]) + 1 >= len(res.tokens)
     assert 0 <= s["alpha"] <= 1 and s["tau"] == pytest.approx(len(res.tokens) / s["target_passes"])

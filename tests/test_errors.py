@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core import models
+from specdec_core.models import hub as models
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -75,7 +75,7 @@ def test_corrupt_model_cache(tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_embedded_cache_is_rebuilt_or_refused(monkeypatch, tmp_path):
+def test_corrupt_embedded_cache_is_rebuilt_or_refused(tmp_path):
     """A damaged cache of the embedded model is never loaded: refused with rebuild=False, else rebuilt."""
     src = models.embedded_path()
     fake_root = tmp_path / "models"
@@ -86,11 +86,9 @@ def test_corrupt_embedded_cache_is_rebuilt_or_refused(monkeypatch, tmp_path):
     cfg = json.loads((dest / "config.json").read_text())
     cfg["num_hidden_layers"] = 2  # a corrupt config would load a silently wrong model
     (dest / "config.json").write_text(json.dumps(cfg))
-    monkeypatch.setattr(models, "MODELS_DIR", fake_root)
     with pytest.raises(models.CorruptModelCache, match="config.json fails its SHA-256"):
-        models.embedded_path(rebuild=False)
+        models.embedded_path(rebuild=False, root=fake_root)
     calls = []
-    monkeypatch.setattr(models, "_convert_embedded", lambda name, d: calls.append(d))
     with pytest.warns(UserWarning, match="rebuilding"):
-        models.embedded_path()
+        models.embedded_path(root=fake_root, convert=lambda name, d: calls.append(d))
     assert calls == [dest]

@@ -26,8 +26,8 @@ import yaml
 from scipy import stats
 
 import specdec_core as sd
-from specdec_core import exactness as ex
-from specdec_core import mutants as mu
+from specdec_core.study import exactness as ex
+from specdec_core.study import mutants as mu
 from specdec_core.sampling import SamplingParams, process_logits
 from specdec_core.verify import overlap, speculative_sample
 
@@ -169,14 +169,20 @@ def test_rule_level_mutants_are_caught(pair, rule):
     assert ex.gof_test(np.bincount(out, minlength=p.numel()), p.numpy()).pvalue < ALPHA
 
 
-def test_use_rule_restores_the_correct_rule():
-    import specdec_core.linear as lin
+def test_rule_argument_reaches_the_loop(pair):
+    """A rule passed to ``generate`` is the one the loop calls (and only for that call): a spy rule sees every
+    speculative step, and the next call without it is bit-identical to the default."""
+    calls = []
 
-    with pytest.raises(RuntimeError):
-        with mu.use_rule("residual_from_p"):
-            assert lin.speculative_sample is mu.residual_from_p
-            raise RuntimeError("boom")
-    assert lin.speculative_sample is speculative_sample
+    def spy(*args):
+        calls.append(1)
+        return speculative_sample(*args)
+
+    kw = dict(drafter=pair.drafters["model"], method="linear", k=2, max_new_tokens=12, temperature=1.0, seed=SEED)
+    with_spy = sd.generate(pair.target, P["prompt"], rule=spy, **kw)
+    plain = sd.generate(pair.target, P["prompt"], **kw)
+    assert len(calls) == len(with_spy.stats["accepted_lengths"]) > 0
+    assert with_spy.tokens == plain.tokens and len(calls) == len(with_spy.stats["accepted_lengths"])
 
 
 def test_sampling_is_deterministic(pair):
@@ -248,9 +254,8 @@ def test_harmless_literal_forms_pass():
     params = ex.setting_params(mu.CONTROLS["no_min_literal"]["setting"])
     ref = ex.sample_sequences(pair.target, P["prompt"], P["seq_len"], 60, params, "linear", pair.drafters["model"],
                               k=P["mutant_k"], seed0=SEED, threads=T)
-    with mu.use_rule("no_min_literal"):
-        lit = ex.sample_sequences(pair.target, P["prompt"], P["seq_len"], 60, params, "linear",
-                                  pair.drafters["model"], k=P["mutant_k"], seed0=SEED, threads=T)
+    lit = ex.sample_sequences(pair.target, P["prompt"], P["seq_len"], 60, params, "linear", pair.drafters["model"],
+                              k=P["mutant_k"], seed0=SEED, threads=T, rule=mu.RULES["no_min_literal"])
     assert (ref.tokens == lit.tokens).all()
     assert control("no_bonus_literal")[0].pvalue > ALPHA
 

@@ -5,11 +5,13 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core import exactness as ex
-from specdec_core.draft_model import DraftModel
+from specdec_core.study import exactness as ex
+from specdec_core.models.draft import DraftModel
 from specdec_core.drafters import Draft
 from specdec_core.lm import CachedLM
-from specdec_core.parallel import BlockDraftModel, BlockDrafter, block_batch, load_block, save_block
+from specdec_core.drafters import BlockDrafter
+from specdec_core.models.block import BlockDraftModel, load_block, save_block
+from specdec_core.train.block import block_batch
 from specdec_core.sampling import SamplingParams
 
 PROMPTS = ([1, 2, 3], [4, 4, 4, 4, 9], [0], list(range(14)))
@@ -151,7 +153,7 @@ def test_save_load_roundtrip(tmp_path):
     assert torch.allclose(a, b, atol=5e-3)  # the trunk is stored in float16
     assert torch.isinf(b[..., 1::2]).all()  # outside the draft vocabulary: q = 0
     with pytest.raises(ValueError, match="not a block draft"):
-        from specdec_core.draft_model import save_draft
+        from specdec_core.models.draft import save_draft
         save_draft(draft, tmp_path / "plain")
         load_block(tmp_path / "plain", target)
 

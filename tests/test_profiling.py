@@ -1,11 +1,11 @@
-"""Accounting of ``specdec_core.profiling`` against hand counts; timing helpers' bookkeeping (no timing asserts)."""
+"""Accounting of ``specdec_core.study.profiling`` against hand counts; timing helpers' bookkeeping (no timing asserts)."""
 import json
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_core import profiling as pf
+from specdec_core.study import profiling as pf
 from specdec_core.models import MODELS_DIR
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core import exactness as ex
-from specdec_core import shipped
-from specdec_core.draft_model import DraftModel
+from specdec_core.study import exactness as ex
+from specdec_core.models import shipped
+from specdec_core.models.draft import DraftModel
 
 pytestmark = pytest.mark.slow
 

@@ -1,22 +1,26 @@
 """Tree speculative decoding: trees as data, greedy exactness, KV compaction, and the sampler's law.
 
-Statistical tests use fixed seeds and Pearson's chi-square at level 1e-3 (false-positive rate 0.1 % per
-test for a correct sampler; with fixed seeds the outcome is deterministic). Each names the mutant it kills.
+Statistical tests use fixed seeds and the book's goodness-of-fit test (:func:`exactness.gof_test`, Pearson's
+X² with a Monte Carlo p-value under the exact law) at level 1e-3 (false-positive rate 0.1 % per test for a
+correct sampler; with fixed seeds the outcome is deterministic). Each names the mutant it kills; mutants
+enter as arguments (``generate(..., rule=...)``), never by patching a module.
 """
 import copy
+import functools
 import itertools
 
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 import specdec_core as sd
 import specdec_core.tree as T
-from conftest import top2_gap
 from specdec_core.lm import CachedLM
-from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.tree import Dynamic, Tree, default_tree, draw_siblings, tree_speculative_sample
+from specdec_core.sampling import SamplingParams
+from specdec_core.study import exactness as ex
+from specdec_core.study import treesearch
+from specdec_core.tree import Dynamic, Tree, default_tree, draw_siblings
+from specdec_core.verify import tree_speculative_sample
 
 ALPHA = 1e-3  # chi-square level of every statistical test here
 
@@ -120,7 +124,7 @@ def test_tree_accepts_more_per_pass_than_its_chain():
     assert np.mean(tree["accepted_lengths"]) > 1.2 * np.mean(chain["accepted_lengths"])
 
 
-@pytest.mark.parametrize("shape", [Tree.chain(4), default_tree(4), T.optimal_tree([0.5, 0.2, 0.1], 9, 5)])
+@pytest.mark.parametrize("shape", [Tree.chain(4), default_tree(4), treesearch.optimal_tree([0.5, 0.2, 0.1], 9, 5)])
 def test_replay_from_draft_ranks_predicts_greedy_steps(toy16, shape):
     """The draft's rank of each token of the greedy text fixes every greedy step: replaying the ranks gives
     exactly the accepted lengths that tree decoding records."""
@@ -130,12 +134,12 @@ def test_replay_from_draft_ranks_predicts_greedy_steps(toy16, shape):
     ids = torch.tensor(prompt + res.tokens)
     logits = CachedLM(drafter.model, 80).forward(ids)[len(prompt) - 1:-1]  # row j predicts token j
     ranks = (logits > logits.gather(1, ids[len(prompt):, None])).sum(1).tolist()
-    assert T.replay_greedy(shape, ranks) == res.stats["accepted_lengths"]
+    assert treesearch.replay_greedy(shape, ranks) == res.stats["accepted_lengths"]
 
 
 def test_optimal_tree_under_the_positional_model():
     rp = [0.6, 0.2, 0.1]
-    t = T.optimal_tree(rp, 6, 3)
+    t = treesearch.optimal_tree(rp, 6, 3)
     assert t.paths == ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))  # .6 .2 .36 .12 .12 .216 (not (2,): .1)
     best = max(itertools.combinations([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)], 6),
                key=lambda ps: sum(np.prod([rp[r] for r in p]) for p in ps if all(p[:i] in ps for i in range(1, len(p)))))
@@ -148,9 +152,12 @@ def test_tree_stats_record(toy16):
     steps = len(s["accepted_lengths"])
     assert s["method"] == "tree" and s["target_passes"] == 1 + steps
     assert len(s["nodes_per_pass"]) == len(s["proposed"]) == steps
-    assert s["nodes_per_pass"][0] == default_tree(3).n and s["proposed"][0] == 3
+    assert s["nodes_per_pass"][0] == default_tree(3).n and s["nodes_per_pass"] == s["drafted"]
     assert s["draft_passes"] <= 3 * steps  # one draft pass per depth (the last depth is never run)
-    assert all(0 <= a <= d for a, d in zip(s["accepted_lengths"], s["proposed"]))
+    # proposed = depths tested: the accepted ones, plus the rejected one unless the path ended at a leaf
+    assert all(a <= p <= min(a + 1, 3) for a, p in zip(s["accepted_lengths"], s["proposed"]))
+    assert s["alpha"] == sum(s["accepted_lengths"]) / sum(s["proposed"])
+    assert len(s["tv_alpha"]) == sum(s["proposed"]) and s["alpha_tv"] == s["alpha"]  # greedy: tests are 0/1
     assert sum(a + 1 for a in s["accepted_lengths"]) + 1 >= len(res.tokens)
     assert s["tau"] == pytest.approx(len(res.tokens) / s["target_passes"])
     assert len(s["token_times"]) == len(res.tokens)
@@ -189,7 +196,7 @@ def test_commit_keeps_only_the_accepted_path(toy16):
     path = [2, 7, 16]  # (1,), (1, 1), (1, 1, 0): not contiguous in the cache
     assert [d.tree.paths[i - 1] for i in path] == [(1,), (1, 1), (1, 1, 0)]
     ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
-    T.keep_slots(lm.cache, [L + i for i in path], start=L + 1)
+    lm.cache.keep([L + i for i in path], start=L + 1)
     drafter.accept_path(path)
     kept = context + [int(d.tokens[i - 1]) for i in path]
     assert lm.length == len(kept) and [l.keys.data_ptr() for l in lm.cache.layers] == ptrs
@@ -207,24 +214,16 @@ def test_commit_keeps_only_the_accepted_path(toy16):
         torch.testing.assert_close(a.keys[:, :, :len(kept) - 1], b.keys[:, :, :len(kept) - 1], rtol=0, atol=1e-12)
 
 
-def test_caches_never_reallocated(toy16, monkeypatch):
-    """Every target and draft pass of a tree decode sees the same preallocated buffers."""
-    seen = []
-    forward = CachedLM.forward
-
-    def spy(self, *a, **kw):
-        seen.append((id(self), self.cache.layers[0].keys.data_ptr(), self.cache.layers[-1].values.data_ptr()))
-        return forward(self, *a, **kw)
-
-    monkeypatch.setattr(CachedLM, "forward", spy)
+def test_caches_never_reallocated(toy16):
+    """A tree decode keeps its preallocated buffers: the draft's cache (which survives the call) is the same
+    tensor storage before and after 80 tokens of trees whose branches were dropped by index copies."""
     drafter = sd.ModelDrafter(toy16.drafters["model"].model)
+    drafter.reset(torch.tensor([1, 2, 3]), 3 + 80 + T.tree_size(Tree.from_branching([3, 2, 1, 1]), 4) + 1)
+    ptrs = [(l.keys.data_ptr(), l.values.data_ptr()) for l in drafter.lm.cache.layers]
     res = sd.generate(toy16.target, [1, 2, 3], drafter=drafter, method="tree", k=4,
                       tree=Tree.from_branching([3, 2, 1, 1]), max_new_tokens=80)
     assert len(res.tokens) == 80 and min(res.stats["accepted_lengths"]) < 4  # some branches were dropped
-    by_lm: dict = {}
-    for lm_id, *ptrs in seen:
-        by_lm.setdefault(lm_id, set()).add(tuple(ptrs))
-    assert len(by_lm) == 2 and all(len(v) == 1 for v in by_lm.values())
+    assert [(l.keys.data_ptr(), l.values.data_ptr()) for l in drafter.lm.cache.layers] == ptrs
 
 
 # -- sampling: the law of the tree sampler ---------------------------------------------------------
@@ -255,13 +254,9 @@ def _pure_decode(n: int, V: int, shape: Tree, generator, draw=draw_siblings, ver
     return out[:n]
 
 
-def _chi2_pvalue(samples: np.ndarray, law: np.ndarray, V: int) -> float:
-    idx = samples @ (V ** np.arange(samples.shape[1] - 1, -1, -1))
-    counts = np.bincount(idx, minlength=law.size)
-    if counts[law == 0].any():
-        return 0.0
-    keep = law > 0
-    return float(stats.chisquare(counts[keep], law[keep] * counts.sum()).pvalue)
+def _pvalue(samples: np.ndarray, law: np.ndarray, V: int) -> float:
+    counts = np.bincount(ex.cell_index(samples, V), minlength=law.size)
+    return ex.gof_test(counts, law, seed=len(samples)).pvalue
 
 
 def _pure_law(n: int, V: int) -> np.ndarray:
@@ -284,13 +279,12 @@ PURE_SHAPE = Tree.from_branching([3, 2])
 N_PURE = 2000
 
 
-def _pure_pvalue(monkeypatch=None, mutant=None, draw=draw_siblings) -> float:
-    if mutant is not None:
-        monkeypatch.setattr(T, "residual", mutant)
+def _pure_pvalue(residual=None, draw=draw_siblings) -> float:
+    verify = functools.partial(tree_speculative_sample, **({"residual": residual} if residual else {}))
     g = torch.Generator().manual_seed(2024)
     V = 4
-    samples = np.array([_pure_decode(2, V, PURE_SHAPE, g, draw=draw) for _ in range(N_PURE)])
-    return _chi2_pvalue(samples, _pure_law(2, V), V)
+    samples = np.array([_pure_decode(2, V, PURE_SHAPE, g, draw=draw, verify=verify) for _ in range(N_PURE)])
+    return _pvalue(samples, _pure_law(2, V), V)
 
 
 def test_recursive_rejection_sampling_law():
@@ -298,8 +292,8 @@ def test_recursive_rejection_sampling_law():
     assert _pure_pvalue() > ALPHA
 
 
-def test_mutant_residual_not_updated_is_caught(monkeypatch):
-    assert _pure_pvalue(monkeypatch, _keep_residual) < ALPHA
+def test_mutant_residual_not_updated_is_caught():
+    assert _pure_pvalue(residual=_keep_residual) < ALPHA
 
 
 def test_mutant_sibling_law_not_updated_is_caught():
@@ -307,30 +301,15 @@ def test_mutant_sibling_law_not_updated_is_caught():
     assert _pure_pvalue(draw=_draw_reporting_base_law) < ALPHA
 
 
-def _toy_sequence_law(target, prompt, n, params):
-    V = target.config.get_text_config().vocab_size
-    law = np.zeros(V ** n)
-    with torch.no_grad():
-        for i, seq in enumerate(itertools.product(range(V), repeat=n)):
-            ids = torch.tensor([prompt + list(seq)])
-            p = process_logits(target(input_ids=ids).logits[0, len(prompt) - 1:-1], params)
-            law[i] = float(torch.prod(p[torch.arange(n), torch.tensor(seq)]))
-    return law
-
-
-def _toy_samples(toy, prompt, n, params, N, tree, k, drafter="model"):
-    out = []
-    for s in range(N):
-        res = sd.generate(toy.target, prompt, drafter=toy.drafters[drafter], method="tree", k=k, tree=tree,
-                          max_new_tokens=n, temperature=params.temperature, top_k=params.top_k, seed=s)
-        out.append(res.tokens)
-    return np.array(out)
+def _toy_samples(toy, prompt, n, params, N, tree, k, drafter="model", rule=None):
+    return ex.sample_sequences(toy.target, prompt, n, N, params, "tree", toy.drafters[drafter], k=k, tree=tree,
+                               rule=rule).tokens
 
 
 @pytest.fixture(scope="module")
 def toy_law(toy):
     params = SamplingParams(temperature=1.0, top_k=3)
-    return params, _toy_sequence_law(toy.target, [1, 2, 3], 3, params)
+    return params, ex.sequence_law(toy.target, [1, 2, 3], 3, params)
 
 
 @pytest.mark.parametrize("shape", [Tree.from_branching([3, 2]), Dynamic(budget=6, width=3, topk=3)])
@@ -340,7 +319,7 @@ def test_toy_tree_sequence_law(toy, toy_law, shape):
     params, law = toy_law
     with torch.inference_mode():
         samples = _toy_samples(toy, [1, 2, 3], 3, params, 1000, shape, k=2)
-    assert _chi2_pvalue(samples, law, 8) > ALPHA
+    assert _pvalue(samples, law, 8) > ALPHA
 
 
 def test_toy_ngram_trie_sequence_law(toy):
@@ -354,15 +333,15 @@ def test_toy_ngram_trie_sequence_law(toy):
     assert first.tree.widths == [3, 3] and first.tokens.tolist() == [5, 4, 3, 7, 6, 1]
     with torch.inference_mode():
         samples = _toy_samples(toy, prompt, 3, params, 1000, Tree.from_branching([3, 1]), k=2, drafter="ngram")
-    assert _chi2_pvalue(samples, _toy_sequence_law(toy.target, prompt, 3, params), 8) > ALPHA
+    assert _pvalue(samples, ex.sequence_law(toy.target, prompt, 3, params), 8) > ALPHA
 
 
-def test_toy_mutant_residual_not_updated_is_caught(toy, toy_law, monkeypatch):
+def test_toy_mutant_residual_not_updated_is_caught(toy, toy_law):
     params, law = toy_law
-    monkeypatch.setattr(T, "residual", _keep_residual)
+    rule = functools.partial(tree_speculative_sample, residual=_keep_residual)
     with torch.inference_mode():
-        samples = _toy_samples(toy, [1, 2, 3], 3, params, 1000, Tree.from_branching([3, 2]), k=2)
-    assert _chi2_pvalue(samples, law, 8) < ALPHA
+        samples = _toy_samples(toy, [1, 2, 3], 3, params, 1000, Tree.from_branching([3, 2]), k=2, rule=rule)
+    assert _pvalue(samples, law, 8) < ALPHA
 
 
 def test_tree_sampling_is_seeded(toy16):
@@ -400,10 +379,7 @@ def test_embedded_tree_greedy(smol, smol_prompt):
         sp = sd.generate(smol.target, smol_prompt, drafter=drafter, method="tree", k=4, tree=shape,
                          max_new_tokens=40)
         assert max(sp.stats["nodes_per_pass"]) > 4
-        if sp.tokens != ar.tokens[: len(sp.tokens)] or len(sp.tokens) != len(ar.tokens):
-            i = next(i for i, (a, b) in enumerate(zip(sp.tokens, ar.tokens)) if a != b)
-            lm = CachedLM(smol.target, smol_prompt.numel() + 64)
-            logits = lm.forward(torch.cat([smol_prompt, torch.tensor(ar.tokens[:i], dtype=torch.long)]))[-1]
-            gap = top2_gap(logits)
-            print(f"near-tie divergence at token {i}: top-2 logit gap {gap:.2e}")
-            assert gap < 1e-3, f"divergence at token {i} is not a near-tie (gap {gap})"
+        i, gap = ex.first_divergence(smol.target, smol_prompt, sp.tokens, ar.tokens)
+        if i is not None:
+            print(f"near-tie divergence at token {i}: top-2 logit gap {gap}")
+        assert ex.excused(i, gap), f"divergence at token {i} is not a near-tie (gap {gap})"

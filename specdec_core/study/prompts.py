@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from ..models.hub import REPO_ROOT
+
 DEFAULT_PATH = REPO_ROOT / "data" / "prompts" / "eval.jsonl"
 
 TASKS = ("multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -145,7 +146,7 @@ def encode(pair_or_tokenizer, prompt: Prompt | str) -> torch.Tensor:
     ``pair_or_tokenizer``: a :class:`~specdec_core.models.Pair` (uses ``Pair.encode_chat``) or a
     Hugging Face tokenizer with a chat template.
     """
-    from .models import Pair
+    from ..models import Pair
 
     text = prompt.turns[0] if isinstance(prompt, Prompt) else prompt
     if isinstance(pair_or_tokenizer, Pair):

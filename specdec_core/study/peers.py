@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from .decode import eos_ids
+from ..decode import eos_ids
 
 
 def _kwargs(target, temperature: float, top_k: int, top_p: float, max_new_tokens: int) -> dict:

@@ -2,7 +2,8 @@
 
 The exactness tests (``tests/test_exactness.py``, ``book/02_exactness.py``) must *fail* on each of these;
 a statistic that passes a known-lossy sampler proves nothing. Each rule has the signature of
-:func:`specdec_core.verify.speculative_sample` and is run through the real loop with :func:`use_rule`.
+:func:`specdec_core.verify.speculative_sample` and is run through the real loop as its accept rule
+(``generate(..., rule=mutants.RULES[name])``).
 
 Some bugs are harmless when written literally, so each is given the form it takes in real code:
 
@@ -24,14 +25,12 @@ Notation: p = target law, q = draft law.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
-from . import linear as _linear
-from .drafters import Draft, ModelDrafter
-from .sampling import PROB_DTYPE, choose, sample
-from .verify import speculative_sample
+from ..drafters import Draft, ModelDrafter
+from ..sampling import PROB_DTYPE, choose, sample
+from ..verify import residual as _residual
+from ..verify import speculative_sample
 
 
 def _accept(x, draft_probs, target_probs, generator):
@@ -43,11 +42,6 @@ def _accept(x, draft_probs, target_probs, generator):
     px, qx = target_probs[rows, x], draft_probs[rows, x]
     u = torch.rand(K, generator=generator, dtype=target_probs.dtype)
     return int((u * qx < px).to(torch.int64).cumprod(0).sum()), K
-
-
-def _residual(p, q):
-    r = (p - q).clamp_min(0.0)
-    return r / r.sum() if r.sum() > 0 else p
 
 
 def _last(n, K, draft_probs, target_probs, generator):
@@ -189,20 +183,6 @@ CONTROLS = {
 LOSSY = tuple(c for c in CONTROLS if c not in HARMLESS)
 
 
-@contextmanager
-def use_rule(rule):
-    """Swap the acceptance rule used by :mod:`specdec_core.linear` (and so by ``generate``) for the
-    duration of the block; the correct rule is restored on exit, also on error."""
-    if isinstance(rule, str):
-        rule = RULES[rule]
-    old = _linear.speculative_sample
-    _linear.speculative_sample = rule
-    try:
-        yield rule
-    finally:
-        _linear.speculative_sample = old
-
-
 class RawLogitsQ(ModelDrafter):
     """MUTANT drafter: samples from the *processed* draft law but reports q = softmax(raw logits).
 
@@ -230,4 +210,4 @@ class RawLogitsQ(ModelDrafter):
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
 
 
-__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "use_rule", "RawLogitsQ", "speculative_sample"]
+__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "speculative_sample"]

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
-from .decode import generate
-from .sampling import SamplingParams, process_logits
+from ..decode import generate
+from ..sampling import SamplingParams, process_logits
 
 
 # -- exact laws --------------------------------------------------------------------------------
@@ -96,14 +96,16 @@ class Samples:
 
 
 def sample_sequences(target, prompt, n: int, N: int, params: SamplingParams, method: str = "autoregressive",
-                     drafter=None, k: int = 2, seed0: int = 0, tree=None, threads: int | None = None) -> Samples:
-    """``N`` continuations of ``n`` tokens, ``generate(..., seed=seed0 + i)`` for i < N."""
+                     drafter=None, k: int = 2, seed0: int = 0, tree=None, threads: int | None = None,
+                     rule=None) -> Samples:
+    """``N`` continuations of ``n`` tokens, ``generate(..., seed=seed0 + i)`` for i < N (``rule``: an accept
+    rule for ``generate``, e.g. a negative control of :mod:`specdec_core.study.mutants`)."""
     toks, acc, prop, ov = [], [], [], []
     with torch_threads(threads):
         for i in range(N):
             res = generate(target, prompt, drafter=drafter, method=method, k=k, max_new_tokens=n,
                            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                           seed=seed0 + i, tree=tree)
+                           seed=seed0 + i, tree=tree, rule=rule)
             if len(res.tokens) != n:
                 raise RuntimeError(f"seed {seed0 + i}: {method} returned {len(res.tokens)} tokens, expected {n}")
             toks.append(res.tokens)
@@ -126,19 +128,15 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
 
 
 def unavailable(pair, spec: str) -> str | None:
-    """Why ``spec`` cannot run on ``pair`` yet (None when it can): unknown method, a strategy module that
-    has not landed, or a drafter the pair lacks."""
-    import importlib.util
-
-    from .decode import METHODS
+    """Why ``spec`` cannot run on ``pair`` (None when it can): an unknown method, no drafter named, or a
+    drafter the pair lacks."""
+    from ..decode import METHODS
 
     method, drafter = parse_spec(spec)
     if method not in METHODS:
         return f"unknown method {method!r} (sd.METHODS = {METHODS})"
     if method != "autoregressive" and drafter is None:
         return f"{spec!r} names no drafter (write method:drafter, e.g. 'linear:model')"
-    if method in ("tree", "parallel") and importlib.util.find_spec(f"specdec_core.{method}") is None:
-        return f"specdec_core.{method} has not landed yet"
     if drafter is not None and drafter not in pair.drafters:
         return f"the pair {pair.name!r} has no {drafter!r} drafter (it has {sorted(pair.drafters)})"
     return None
@@ -468,6 +466,6 @@ def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int 
         drafter = mutants.RawLogitsQ(drafter)
     V = pair.target.config.get_text_config().vocab_size
     law = sequence_law(pair.target, prompt, n, params)
-    with mutants.use_rule(c["rule"]):
-        s = sample_sequences(pair.target, prompt, n, N, params, "linear", drafter, k=k, seed0=seed0, threads=threads)
+    s = sample_sequences(pair.target, prompt, n, N, params, "linear", drafter, k=k, seed0=seed0, threads=threads,
+                         rule=c["rule"])
     return gof_test(s.counts(V), law, min_expected, seed=seed0), s

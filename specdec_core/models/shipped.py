@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .models import sha256_file
+from .hub import REPO_ROOT, sha256_file
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DRAFTS_DIR = REPO_ROOT / "data" / "drafts"
 MODEL_DRAFT = DRAFTS_DIR / "smollm2-135m-draft"
 BLOCK_DRAFT = DRAFTS_DIR / "smollm2-135m-block"  # the block drafter (specdec_core.parallel)
@@ -69,7 +68,7 @@ def is_present(folder: Path | None = None) -> bool:
 
 def load_model_draft(target, dtype=None, device=None, folder: Path | None = None):
     """The shipped model draft (or the one in ``folder``) on top of ``target``, after checking its checksums."""
-    from .draft_model import load_draft
+    from .draft import load_draft
 
     folder = Path(folder or MODEL_DRAFT)
     verify(folder)
@@ -83,13 +82,14 @@ def load_shipped_drafters(target, dtype, device) -> dict:
     (:class:`~specdec_core.parallel.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
     fails its checksum raises :class:`CorruptDraft`; an absent one is skipped (``make models`` trains it).
     """
-    from .drafters import ModelDrafter
+    from ..drafters import ModelDrafter
 
     out = {}
     if is_present():
         out["model"] = ModelDrafter(load_model_draft(target, dtype=dtype, device=device))
     if is_present(BLOCK_DRAFT):
-        from .parallel import BlockDrafter, load_block
+        from ..drafters import BlockDrafter
+        from .block import load_block
 
         verify(BLOCK_DRAFT)
         out["block"] = BlockDrafter(load_block(BLOCK_DRAFT, target, dtype=dtype, device=device))

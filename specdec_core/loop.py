@@ -1,0 +1,188 @@
+"""The decode loop: one scaffold, and each method as its four phases.
+
+Every method repeats one step, *draft → verify → accept → commit*:
+
+1. **draft**  the drafter proposes tokens (a chain, a block, or a tree) with the laws q they were drawn from.
+2. **verify** one target pass over [last token, drafts…] gives the target's laws p at every draft position.
+3. **accept** a rule from :mod:`specdec_core.verify` keeps a prefix (or a path) and adds the target's own token.
+4. **commit** the target's cache forgets what was rejected (a pointer move or an index copy), the drafter is
+   told what was kept, and the new tokens are emitted (cut at EOS and at the budget).
+
+Autoregressive decoding is the degenerate method: it drafts nothing and verifies the last token alone.
+:func:`steps` owns everything the methods share (prefill, the EOS/budget cut, the run record) and is a
+generator: it yields the tokens each step commits, so ``generate`` is a loop over it and a streamer is a
+consumer of it.
+
+Invariant at the top of each step: ``seq`` holds every token so far; the target's cache holds all of them
+but the last (``seq[-1]``, not yet seen by the target). The phases decide from the committed context and
+the draft's own draws only; the target's verdict is read in *accept*, after the draft is fixed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from .lm import CachedLM
+from .record import Clock, Stats
+from .sampling import SamplingParams, choose, process_logits
+from .verify import (chain_tests, greedy_accept, greedy_tree_accept, speculative_sample, tree_speculative_sample,
+                     tree_tests)
+
+
+@dataclass
+class Verdict:
+    """What *accept* decided: the new tokens (accepted drafts + the target's own) and the step's record."""
+
+    tokens: list[int]
+    accepted: int = 0  # draft tokens kept
+    tested: int = 0  # draft tokens the verifier tested on its path (accepted + the first rejection)
+    drafted: int = 0  # draft tokens / nodes in the verify pass
+    tests: list[float] = field(default_factory=list)  # each test's acceptance probability
+    path: list[int] = field(default_factory=list)  # trees: the accepted node ids, root to leaf
+
+
+class Method:
+    """A decoding method: its four phases. ``params`` and ``generator`` are the run's."""
+
+    name = "method"
+
+    def __init__(self, params: SamplingParams, generator: torch.Generator):
+        self.params, self.generator = params, generator
+
+    def start(self, prompt: torch.Tensor, capacity: int) -> None:
+        pass
+
+    def draft(self, seq: list[int], budget: int):
+        return None
+
+    def verify(self, lm: CachedLM, seq: list[int], draft) -> torch.Tensor:
+        raise NotImplementedError
+
+    def accept(self, draft, logits: torch.Tensor) -> Verdict:
+        raise NotImplementedError
+
+    def commit(self, lm: CachedLM, draft, verdict: Verdict) -> None:
+        pass
+
+
+class Autoregressive(Method):
+    """One target pass per token: nothing drafted, the last token verified alone."""
+
+    name = "autoregressive"
+
+    def verify(self, lm, seq, draft):
+        return lm.forward(torch.tensor(seq[-1:]), last_only=True)
+
+    def accept(self, draft, logits):
+        return Verdict([choose(logits[-1], self.params, self.generator)[0]])
+
+
+class Linear(Method):
+    """Linear speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a chain of ``k`` draft tokens.
+    With a :class:`~specdec_core.drafters.BlockDrafter` the chain comes from one draft pass ("parallel")."""
+
+    def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear"):
+        super().__init__(params, generator)
+        self.drafter, self.k, self.rule, self.name = drafter, k, rule, name
+
+    def start(self, prompt, capacity):
+        self.drafter.reset(prompt, capacity)
+
+    def draft(self, seq, budget):
+        return self.drafter.propose(seq, min(self.k, budget), self.params, self.generator)
+
+    def verify(self, lm, seq, draft):
+        return lm.forward(torch.cat([torch.tensor(seq[-1:]), draft.tokens]))  # [kk + 1, V]
+
+    def accept(self, draft, logits):
+        kk, p, argmax = draft.tokens.numel(), None, None
+        if self.params.greedy:
+            argmax = logits.argmax(-1)
+            new, n = greedy_accept(draft.tokens, argmax)
+        else:
+            p = process_logits(logits, self.params)
+            new, n = self.rule(draft.tokens, draft.q, p, self.generator)
+        tested = n + (n < kk)
+        return Verdict(new.tolist(), n, tested, kk, chain_tests(p, draft.q, draft.tokens, argmax, tested))
+
+    def commit(self, lm, draft, verdict):
+        lm.cache.rollback(draft.tokens.numel() - verdict.accepted)
+        self.drafter.accept(verdict.accepted)
+
+
+class TreeSearch(Method):
+    """Tree speculative decoding (SpecInfer, Medusa, EAGLE, Sequoia): a tree of depth ``k`` in one verify pass
+    through a 4D mask; the accepted path's KV entries are compacted in place (:mod:`specdec_core.tree`)."""
+
+    name = "tree"
+
+    def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample):
+        super().__init__(params, generator)
+        self.drafter, self.k, self.shape, self.rule = drafter, k, shape, rule
+
+    def start(self, prompt, capacity):
+        self.drafter.reset(prompt, capacity)
+
+    def draft(self, seq, budget):
+        return self.drafter.propose_tree(seq, self.shape, min(self.k, budget), self.params, self.generator)
+
+    def verify(self, lm, seq, draft):
+        self.root = L = lm.length  # the root goes to slot L, node i to slot L + i
+        tokens = torch.cat([torch.tensor(seq[-1:]), draft.tokens])
+        return lm.forward(tokens, positions=L + draft.tree.depths, mask=draft.tree.bias(L, lm.dtype, lm.device))
+
+    def accept(self, draft, logits):
+        t, p = draft.tree, None
+        if self.params.greedy:
+            path, new = greedy_tree_accept(t, draft.tokens, logits.argmax(-1))
+        else:
+            p = process_logits(logits, self.params)
+            path, new = self.rule(t, draft.tokens, draft.q, p, self.generator)
+        tested = len(path) + bool(t.children[path[-1] if path else 0])
+        return Verdict(new.tolist(), len(path), tested, t.n, tree_tests(t, path, draft.q, p), path)
+
+    def commit(self, lm, draft, verdict):
+        lm.cache.keep([self.root + i for i in verdict.path], start=self.root + 1)
+        self.drafter.accept_path(verdict.path)
+
+
+def cut(new: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:
+    """``new`` up to and including the first EOS, at most ``room`` tokens; True when decoding is done."""
+    for i, t in enumerate(new):
+        if t in eos or i + 1 >= room:
+            return new[: i + 1], True
+    return new, False
+
+
+def steps(method: Method, target, prompt: torch.Tensor, max_new_tokens: int, eos: set[int], capacity: int,
+          stats: Stats) -> Iterator[list[int]]:
+    """Prefill, then ``method``'s four phases per step until EOS or ``max_new_tokens``. Yields the tokens
+    each step commits (the prefill's token first) and fills ``stats`` as it goes (``decode_s`` and
+    ``token_times`` include any time the consumer spends between steps)."""
+    lm = CachedLM(target, capacity)
+    clock = Clock(stats, lm.device)
+    method.start(prompt, capacity)
+    with clock.phase("prefill"):
+        tok, _ = choose(lm.forward(prompt, last_only=True)[-1], method.params, method.generator)
+    stats.target_passes, stats.new_tokens = 1, 1
+    clock.mark_tokens(1)
+    yield [tok]
+    seq, done, t_decode = prompt.tolist() + [tok], tok in eos or max_new_tokens <= 1, clock.now()
+    while not done:
+        with clock.phase("draft"):
+            draft = method.draft(seq, max_new_tokens - stats.new_tokens)
+        with clock.phase("verify"):
+            logits = method.verify(lm, seq, draft)
+        with clock.phase("accept"):
+            v = method.accept(draft, logits)
+        with clock.phase("commit"):
+            method.commit(lm, draft, v)
+            new, done = cut(v.tokens, max_new_tokens - stats.new_tokens, eos)
+            seq += new
+        stats.record_step(v.tested, v.accepted, v.drafted, v.tests, getattr(draft, "passes", 0))
+        stats.new_tokens += len(new)
+        clock.mark_tokens(len(new))
+        stats.decode_s = clock.now() - t_decode
+        yield new

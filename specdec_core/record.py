@@ -1,0 +1,140 @@
+"""The run record every strategy returns, and the phase clock that fills it.
+
+One step of any method is *draft → verify → accept → commit* (autoregressive decoding drafts nothing).
+The loop (:mod:`specdec_core.loop`) calls :meth:`Stats.record_step` once per step; the definitions below
+hold for every method:
+
+- ``proposed[i]``      draft tokens the verifier *tested* on the path it walked at step i: the accepted ones
+                       plus the first rejected depth, if any (a chain's tokens after a rejection, or a tree's
+                       other branches, are never tested). Autoregressive steps: 0.
+- ``accepted_lengths[i]`` draft tokens accepted at step i (the verifier's own token comes on top).
+- ``drafted[i]``       draft tokens (a chain) or nodes (a tree, root excluded) in step i's verify pass;
+                       ``nodes_per_pass`` is the same list under the trees' name.
+- ``tv_alpha``         one entry per acceptance test the verifier ran: the probability that the test
+                       accepts, given everything drafted and rejected before it (Σ min(r, q), r = the target
+                       law p or, after rejected siblings, the residual; greedy: 1 if the token matched).
+- ``alpha``   = Σ accepted / Σ proposed = accepted ÷ (accepted + rejections): the per-token acceptance rate
+                (the maximum-likelihood α of Leviathan et al.'s i.i.d. model).
+- ``alpha_tv`` = Σ tv_alpha / Σ proposed: the same rate predicted from the laws (tests accept with
+                these probabilities, so its expectation is ``alpha``'s).
+- ``tau``     = new tokens / target passes (the prefill counts as a pass).
+- ``<phase>_s`` wall time of prefill, decode, and of each step phase; ``token_times[j]`` seconds from the
+                start at which new token j became known (tokens committed by one step share a time).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+
+PHASES = ("draft", "verify", "accept", "commit")
+
+
+@dataclass
+class Stats:
+    """Typed run record; ``stats["alpha"]`` and ``stats.alpha`` read the same field (see the module docstring)."""
+
+    method: str
+    target_passes: int = 0
+    draft_passes: int = 0
+    proposed: list[int] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)
+    tv_alpha: list[float] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    new_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    accept_s: float = 0.0
+    commit_s: float = 0.0
+
+    def record_step(self, proposed: int, accepted: int, drafted: int, tests: list[float], draft_passes: int) -> None:
+        """One draft → verify → accept → commit step (one target pass)."""
+        self.target_passes += 1
+        self.draft_passes += draft_passes
+        self.proposed.append(proposed)
+        self.accepted_lengths.append(accepted)
+        self.drafted.append(drafted)
+        self.tv_alpha.extend(tests)
+
+    @property
+    def nodes_per_pass(self) -> list[int]:
+        return self.drafted
+
+    @property
+    def alpha(self) -> float:
+        prop = sum(self.proposed)
+        return sum(self.accepted_lengths) / prop if prop else float("nan")
+
+    @property
+    def alpha_tv(self) -> float:
+        prop = sum(self.proposed)
+        return sum(self.tv_alpha) / prop if prop else float("nan")
+
+    @property
+    def tau(self) -> float:
+        return self.new_tokens / self.target_passes if self.target_passes else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / (self.prefill_s + self.decode_s) if self.new_tokens else 0.0
+
+    # -- mapping view: stats["alpha"], stats.get("nodes_per_pass"), dict(stats.items()) --------------
+    DERIVED = ("alpha", "alpha_tv", "tau", "tokens_per_s", "nodes_per_pass")
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)] + list(self.DERIVED)
+
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys()
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+    def items(self):
+        return [(k, self[k]) for k in self.keys()]
+
+    def as_dict(self) -> dict:
+        return dict(asdict(self), **{k: getattr(self, k) for k in self.DERIVED})
+
+
+@dataclass
+class Result:
+    """``tokens``: the new tokens only. ``stats``: a :class:`Stats`."""
+
+    tokens: list[int]
+    stats: Stats
+
+
+class Clock:
+    """Accumulates wall time into ``stats.<name>_s``; synchronizes CUDA around reads."""
+
+    def __init__(self, stats: Stats, device: torch.device):
+        self.stats, self.cuda = stats, torch.device(device).type == "cuda"
+        self.t0 = self.now()
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str):
+        t = self.now()
+        try:
+            yield
+        finally:
+            setattr(self.stats, f"{name}_s", getattr(self.stats, f"{name}_s") + self.now() - t)
+
+    def mark_tokens(self, n: int) -> None:
+        """Record that ``n`` more tokens are known now (for per-token latency)."""
+        self.stats.token_times.extend([self.now() - self.t0] * n)
