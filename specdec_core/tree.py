@@ -182,8 +182,8 @@ class Dynamic:
 def default_tree(k: int) -> Tree:
     """The default static tree for depth k: the draft's first-choice chain of length k, its second choice
     as a leaf at every depth, its third choice at depth 1 and the second choice's own first child.
-    2k + 2 nodes (k >= 2): the shape chapter 4 finds best on a CPU, where a pass over ~2k tokens costs
-    little more than one over k."""
+    2k + 2 nodes (k >= 2): a small tree for hardware where a pass over ~2k tokens costs little more than one
+    over k (chapter 4 measures which shape is best on the reader's machine)."""
     spine = [(0,) * d for d in range(1, k + 1)]
     side = [(0,) * (d - 1) + (1,) for d in range(1, k + 1)]
     extra = [(2,), (1, 0)] if k >= 2 else [(2,)]

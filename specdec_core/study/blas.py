@@ -1,18 +1,17 @@
 """The CPU matmul library's code path, and what it does to the cost of a verification pass.
 
 On x86 CPUs, torch sends float32 matrix products to Intel MKL, which decides how to run each one. On
-the AMD EPYC this book was measured on, its default choice runs a product with a few input rows
-(M = 2-16, exactly the shape of a speculative verification pass) on one thread however many are
-allowed, so with two threads a 5-token pass of SmolLM2-135M cost 1.3-1.7 one-token passes and a 2- or
-3-token pass more than a 5-token one. Setting ``MKL_CBWR=AUTO`` (MKL's *conditional numerical
-reproducibility*: the best path for this CPU, with a fixed summation order) spreads those products over
-the threads; on two threads the 5-token pass then costs about 1.05-1.2 one-token passes, and every
-speculative method in the book gains. On one thread the two settings time the same.
+some CPUs (the AMD EPYC this book was first run on among them) its default choice runs a product with a
+few input rows (M = 2-16, exactly the shape of a speculative verification pass) on one thread however
+many are allowed, so a few-token pass costs much more than a one-token pass on several threads. Setting
+``MKL_CBWR=AUTO`` (MKL's *conditional numerical reproducibility*: the best path for this CPU, with a fixed
+summation order) spreads those products over the threads. Chapter 1, section 4b, times both settings side
+by side on the reader's machine; ``data/reference/`` keeps our run.
 
 MKL reads the variable at its first call, so it must be set before the first matmul of the process.
-``import specdec_core`` sets it to ``AUTO`` (in ``specdec_core/__init__.py``) unless it is already set (``MKL_CBWR=`` — empty — keeps
-MKL's default dispatch); :func:`compare_paths` measures both paths in subprocesses, side by side.
-GPUs and non-MKL builds of torch are unaffected. Chapter 1, section 4b, shows the curves.
+``import specdec_core`` sets it to ``AUTO`` (in ``specdec_core/__init__.py``) unless it is already set
+(``MKL_CBWR=`` — empty — keeps MKL's default dispatch); :func:`compare_paths` measures both paths in
+subprocesses, side by side. GPUs and non-MKL builds of torch are unaffected.
 """
 from __future__ import annotations
 
