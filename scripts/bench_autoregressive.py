@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-import torch
-
 import specdec_core as sd
-from specdec_core import bench
+from specdec_core.study import bench, peers
+from specdec_core.study.prompts import encode
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-task", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
@@ -30,20 +29,13 @@ def main():
 
     pair = sd.load_pair("smollm2-135m")
     model, n = pair.target, args.max_new_tokens
-    prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
+    prompts = [(dict(id=p.id, task=p.task), encode(pair, p))
                for p in sd.load_prompts(per_task=args.per_task)]
 
     def ours(ids, new=n):
         return {"tokens": sd.generate(model, ids, max_new_tokens=new).tokens}
 
-    @torch.inference_mode()
-    def transformers_generate(ids, new=n):
-        x = ids.view(1, -1)
-        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new,
-                             eos_token_id=2, pad_token_id=2)
-        return {"tokens": out[0, x.shape[1]:].tolist()}
-
-    df = bench.run_interleaved({"transformers": transformers_generate, "ours": ours}, prompts,
+    df = bench.run_interleaved({"transformers": peers.hf_runner(model, n), "ours": ours}, prompts,
                                repeats=args.repeats)
     bench.write_jsonl(df, args.out)
     r = bench.paired_ratios(df, baseline="transformers")
@@ -54,8 +46,8 @@ def main():
 
     ids = bench.median_length(prompts)
     fwd = bench.pass_costs(model, None, ids, ks=(1,), decoded=n // 2)["ms"]["target[1]"]
-    runners = {f"{name}[{m}]": partial(run, new=m)
-               for name, run in (("transformers", transformers_generate), ("ours", ours)) for m in (1, n + 1)}
+    runners = {f"transformers[{m}]": peers.hf_runner(model, m) for m in (1, n + 1)}
+    runners |= {f"ours[{m}]": partial(ours, new=m) for m in (1, n + 1)}
     calls = bench.run_interleaved(runners, [(dict(id="ceiling"), ids)], repeats=2 * args.repeats, warmup=1,
                                   progress=False)
     med = calls.groupby("runner")[["seconds", "new_tokens"]].median()
@@ -66,6 +58,7 @@ def main():
         print(f"{name}: {per:.1f} ms per decoded token, of which the forward is {fwd:.1f} ms: per-step overhead "
               f"{per - fwd:+.1f} ms ({(per - fwd) / per:+.1%}; a negative value is timing noise), so a decoder with no "
               f"overhead at all would be at most {max(per / fwd, 1.0):.3f}× faster")
+
 
 if __name__ == "__main__":
     main()

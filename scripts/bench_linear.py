@@ -4,10 +4,10 @@
 
 Runners (same prompts, same K, interleaved): our autoregressive decoder; linear SD with the shipped draft
 model and with the n-gram drafter; transformers' plain `generate`, assisted generation (with the closest
-transformers-runnable form of our draft, see specdec_core.peers.hf_assistant) and prompt lookup.
+transformers-runnable form of our draft, see specdec_core.study.peers.hf_assistant) and prompt lookup.
 Writes data/reference/bench_linear.jsonl and prints tokens/s, per-token latency p50/p95/p99, paired ratios,
 and the speedup predicted by Leviathan et al.'s Theorem 3.8 from the measured α, c and verify cost
-(:func:`specdec_core.bench.theory_check`: each call predicted from its own α̂, decode loops compared).
+(:func:`specdec_core.study.bench.theory_check`: each call predicted from its own α̂, decode loops compared).
 """
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import argparse
 import pandas as pd
 
 import specdec_core as sd
-from specdec_core import bench, peers
+from specdec_core.study import bench, peers
+from specdec_core.study.prompts import encode
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--per-task", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -31,7 +32,7 @@ def main():
 
     pair = sd.load_pair("smollm2-135m")
     k, n = args.k, args.max_new_tokens
-    prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
+    prompts = [(dict(id=p.id, task=p.task), encode(pair, p))
                for p in sd.load_prompts(per_task=args.per_task)]
     model_drafter = pair.drafters.get("model")
     assistant = peers.hf_assistant(model_drafter.model, pair.target) if model_drafter else None

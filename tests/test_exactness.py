@@ -10,7 +10,7 @@ drawn at random it would fail with probability ≤ 1% although the code is exact
 rejection count against its binomial 99% interval (≤ 1% each). The seeds are fixed, so every outcome is
 deterministic: these rates say how lucky a seed would have to be, not how often CI flakes.
 
-Negative controls (``specdec_core.mutants``) must be rejected at the same α; their power at these sizes
+Negative controls (``specdec_core.study.mutants``) must be rejected at the same α; their power at these sizes
 (≥ 0.99) is estimated by repetition in the notebook's full run.
 """
 from __future__ import annotations

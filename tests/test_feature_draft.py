@@ -1,31 +1,19 @@
-"""scripts/feature_draft.py (the EAGLE-style experiment): its one-pass second draft step is the plain pass."""
-import importlib.util
-from pathlib import Path
-
-import pytest
+"""specdec_core.train.feature (the EAGLE-style experiment): its one-pass second draft step is the plain pass."""
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "feature_draft.py"
+from specdec_core.train.feature import FeatureDraft, second_step, step_pairs
 
 
-@pytest.fixture(scope="module")
-def fd():
-    spec = importlib.util.spec_from_file_location("feature_draft", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_second_step_rows_equal_plain_causal_passes(fd, toy16):
+def test_second_step_rows_equal_plain_causal_passes(toy16):
     target = toy16.target
     V, H = target.config.vocab_size, target.config.hidden_size
-    m = fd.FeatureDraft(target, torch.arange(V), n_layers=2, init_layer=1).to(torch.float64).eval()
+    m = FeatureDraft(target, torch.arange(V), n_layers=2, init_layer=1).to(torch.float64).eval()
     g = torch.Generator().manual_seed(0)
     R = 9
     f, x = torch.randn(R, H, generator=g, dtype=torch.float64), torch.randint(0, V, (R,), generator=g)
     h = m(f.unsqueeze(0), x.unsqueeze(0))[0]
     t = torch.arange(2, R - 1)
-    h2 = fd.second_step(m, f, x, h, t)
+    h2 = second_step(m, f, x, h, t)
     for i, ti in enumerate(t.tolist()):  # row t: the true rows <= t, then (h_t, x_{t+2}) at position t + 1
         ref = m(torch.cat([f[:ti + 1], h[ti:ti + 1]]).unsqueeze(0), torch.cat([x[:ti + 1], x[ti + 1:ti + 2]]).unsqueeze(0))
         torch.testing.assert_close(h2[i], ref[0, -1], rtol=1e-9, atol=1e-9)
@@ -34,11 +22,11 @@ def test_second_step_rows_equal_plain_causal_passes(fd, toy16):
     assert not torch.allclose(h2[0], leak)
 
 
-def test_batched_two_step_pass_matches_each_sequence(fd, toy16):
+def test_batched_two_step_pass_matches_each_sequence(toy16):
     """The training pass (padded batch, true rows + second-step rows) gives each sequence's own rows."""
     target = toy16.target
     V, H = target.config.vocab_size, target.config.hidden_size
-    m = fd.FeatureDraft(target, torch.arange(V), n_layers=1, init_layer=0).to(torch.float64).eval()
+    m = FeatureDraft(target, torch.arange(V), n_layers=1, init_layer=0).to(torch.float64).eval()
     g = torch.Generator().manual_seed(1)
     L, lens = 8, (8, 5)
     f, x = torch.randn(2, L, H, generator=g, dtype=torch.float64), torch.randint(0, V, (2, L), generator=g)
@@ -46,10 +34,10 @@ def test_batched_two_step_pass_matches_each_sequence(fd, toy16):
     for b, n in enumerate(lens):
         mask[b, :n] = 1
     h = m(f, x, attention_mask=mask)
-    f2, x2, kw = fd.step_pairs(f, x, mask, h)
+    f2, x2, kw = step_pairs(f, x, mask, h)
     out = m(f2, x2, **kw)
     for b, n in enumerate(lens):
         alone = m(f[b:b + 1, :n], x[b:b + 1, :n])[0]
         torch.testing.assert_close(out[b, :n], alone, rtol=1e-9, atol=1e-9)
         t = torch.arange(n - 1)
-        torch.testing.assert_close(out[b, L + t], fd.second_step(m, f[b, :n], x[b, :n], alone, t), rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(out[b, L + t], second_step(m, f[b, :n], x[b, :n], alone, t), rtol=1e-9, atol=1e-9)

@@ -161,7 +161,7 @@ def load_draft(folder: str | Path, target, dtype=None, device=None) -> DraftMode
     """Build the draft saved in ``folder`` on top of ``target`` (its embedding and head are shared).
 
     Loads in the target's dtype/device unless given. Raises ``ValueError`` if the files do not fit
-    the target. Checksums are the caller's job (see :mod:`specdec_core.shipped`).
+    the target. Checksums are the caller's job (see :mod:`specdec_core.models.shipped`).
     """
     from safetensors.torch import load_file
 

@@ -233,7 +233,7 @@ def _calibrate_entropy(model, vocab_size: int, seed: int, frac: float = 0.55) ->
 def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cpu",
              draft_noise: float = 0.15) -> Pair:
     """A tiny deterministic Llama target and related drafters (target weights plus noise): ``"model"``
-    (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.parallel.BlockDrafter`), ``"ngram"``.
+    (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.drafters.BlockDrafter`), ``"ngram"``.
 
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.

@@ -13,7 +13,7 @@ from .hub import REPO_ROOT, sha256_file
 
 DRAFTS_DIR = REPO_ROOT / "data" / "drafts"
 MODEL_DRAFT = DRAFTS_DIR / "smollm2-135m-draft"
-BLOCK_DRAFT = DRAFTS_DIR / "smollm2-135m-block"  # the block drafter (specdec_core.parallel)
+BLOCK_DRAFT = DRAFTS_DIR / "smollm2-135m-block"  # the block drafter (specdec_core.drafters)
 SUMS = "SHA256SUMS"
 REQUIRED = ("config.json", "model.safetensors")
 
@@ -79,7 +79,7 @@ def load_shipped_drafters(target, dtype, device) -> dict:
     """Return ``{name: drafter}`` for every shipped draft whose weights are present and valid.
 
     ``{"model": ModelDrafter(draft)}`` when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
-    (:class:`~specdec_core.parallel.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
+    (:class:`~specdec_core.drafters.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
     fails its checksum raises :class:`CorruptDraft`; an absent one is skipped (``make models`` trains it).
     """
     from ..drafters import ModelDrafter

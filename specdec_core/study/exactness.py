@@ -455,7 +455,7 @@ def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0
 
 def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int = 0, min_expected: float = 5.0,
                 threads: int | None = 1):
-    """Run the negative control ``name`` (:data:`specdec_core.mutants.CONTROLS`) through ``generate`` on
+    """Run the negative control ``name`` (:data:`specdec_core.study.mutants.CONTROLS`) through ``generate`` on
     ``pair`` in the setting where its bug bites; returns (:class:`Gof` against the exact law, :class:`Samples`)."""
     from . import mutants
 

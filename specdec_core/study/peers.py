@@ -1,6 +1,6 @@
 """transformers' own decoders as benchmark peers: plain ``generate``, assisted generation, prompt lookup.
 
-Each factory returns a runner for :func:`specdec_core.bench.run_interleaved` (ids → {"tokens": [...]}).
+Each factory returns a runner for :func:`specdec_core.study.bench.run_interleaved` (ids → {"tokens": [...]}).
 Settings mirror ours: same K (constant schedule, no confidence cut-off), same EOS, same sampling knobs.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def hf_runner(target, max_new_tokens: int, temperature: float = 0.0, top_k: int 
 
 
 def hf_assistant(draft, target):
-    """A transformers ``LlamaForCausalLM`` equivalent of a :class:`~specdec_core.draft_model.DraftModel`.
+    """A transformers ``LlamaForCausalLM`` equivalent of a :class:`~specdec_core.models.draft.DraftModel`.
 
     Same trunk weights, the target's embedding, and the *full-vocabulary* tied head: transformers cannot
     run a reduced-vocabulary draft as an assistant, so this is the closest runnable equivalent (its draft

@@ -1,7 +1,7 @@
 """Evaluation prompts: the project's own Spec-Bench-shaped mix, or Spec-Bench's ``question.jsonl``.
 
     from specdec_core import load_prompts
-    from specdec_core.prompts import encode
+    from specdec_core.study.prompts import encode
     prompts = load_prompts(tasks=["qa", "rag"], per_task=5)
     ids = encode(pair, prompts[0])                 # LongTensor [S], chat template applied
 
