@@ -7,7 +7,7 @@
 The top-level modules are the decoding core: ``sampling`` (the one logits processor), ``verify`` (accept
 rules), ``kvcache`` and ``lm`` (the preallocated cache and a model bound to it), ``tree`` (trees as data),
 ``drafters``, ``loop`` (the scaffold and each method's four phases), ``decode`` (``generate``) and ``record``
-(the run record). ``models/`` loads targets and drafts, ``train/`` trains drafts, ``study/`` measures and
+(the run record). ``serving/`` batches prompts (``generate_batch``); ``models/`` loads targets and drafts, ``train/`` trains drafts, ``study/`` measures and
 proves (exactness, benchmarks, theory, profiling); the core imports neither ``train/`` nor ``study/``.
 
 Notation: p = target law, q = draft law.
@@ -20,12 +20,13 @@ import os
 os.environ.setdefault("MKL_CBWR", "AUTO")
 
 from . import sampling, tree, verify  # noqa: E402
-from .decode import METHODS, generate  # noqa: E402
+from .decode import METHODS, generate, stream  # noqa: E402
 from .drafters import BlockDrafter, Draft, Drafter, ModelDrafter, NGramDrafter  # noqa: E402
 from .kvcache import KVCache  # noqa: E402
 from .models import CorruptModelCache, Pair, load_pair, toy_pair  # noqa: E402
 from .record import Result, Stats  # noqa: E402
 from .sampling import SamplingParams, process_logits  # noqa: E402
+from .serving import BatchResult, generate_batch  # noqa: E402
 
 # The study's prompt set is re-exported lazily (``import specdec_core`` stays light and the core never
 # imports study/): sd.load_prompts, sd.Prompt, sd.TASKS, sd.prompts.
@@ -41,6 +42,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'specdec_core' has no attribute {name!r}")
 
 
-__all__ = ["generate", "load_pair", "toy_pair", "Pair", "Result", "Stats", "KVCache", "Drafter", "Draft",
+__all__ = ["generate", "stream", "generate_batch", "BatchResult", "load_pair", "toy_pair", "Pair", "Result", "Stats", "KVCache", "Drafter", "Draft",
            "ModelDrafter", "NGramDrafter", "BlockDrafter", "SamplingParams", "process_logits", "sampling", "verify",
            "tree", "CorruptModelCache", "METHODS", "load_prompts", "Prompt", "TASKS"]

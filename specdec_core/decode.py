@@ -1,7 +1,14 @@
-"""``generate``: one entry point for every decoding method, with input validation."""
+"""``generate`` and ``stream``: one entry point for every decoding method, with input validation.
+
+``generate`` returns the whole answer and its record; ``generate(..., streamer=s)`` also hands each step's
+tokens to ``s.put`` (the prompt first, then ``s.end()``), the protocol of transformers' streamers, so a
+``TextStreamer`` prints the answer as it is decoded; ``stream`` yields each step's tokens.
+"""
 from __future__ import annotations
 
 import torch
+
+from typing import Iterator
 
 from .loop import Autoregressive, Linear, TreeSearch, steps
 from .record import Result, Stats
@@ -42,7 +49,7 @@ def headroom(method: str, k: int, tree=None) -> int:
 
 def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int = 0, cache_len: int | None = None, tree=None, rule=None) -> Result:
+             seed: int = 0, cache_len: int | None = None, tree=None, rule=None, streamer=None) -> Result:
     """Decode ``max_new_tokens`` after ``input_ids`` (``[S]`` ids, already chat-templated).
 
     method: ``"autoregressive"``, ``"linear"``, ``"tree"`` or ``"parallel"``; ``k`` is the draft length /
@@ -50,9 +57,37 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
     max_new_tokens + what one speculative step may write). ``tree``: the tree shape (method ``"tree"``, see
     :func:`specdec_core.tree.resolve_shape`). ``rule``: the accept rule for sampling (default
     :func:`~specdec_core.verify.speculative_sample`, or :func:`~specdec_core.verify.tree_speculative_sample`
-    for trees); the negative controls of chapter 2 pass theirs. Returns a :class:`Result` (``.tokens`` new
-    tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
+    for trees); the negative controls of chapter 2 pass theirs. ``streamer``: an object with ``put(ids)`` and
+    ``end()`` (transformers' ``TextStreamer`` works): it receives the prompt, then each step's new tokens.
+    Returns a :class:`Result` (``.tokens`` new tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
+    run = _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
+                   cache_len, tree, rule)
+    stats, tokens = run[-1], []
+    if streamer is not None:
+        streamer.put(run[2].view(1, -1))
+    for new in steps(*run):
+        tokens += new
+        if streamer is not None and new:
+            streamer.put(torch.tensor(new, dtype=torch.long))
+    if streamer is not None:
+        streamer.end()
+    return Result(tokens, stats)
+
+
+def stream(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4, max_new_tokens: int = 64,
+           temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, cache_len: int | None = None,
+           tree=None, rule=None) -> Iterator[list[int]]:
+    """:func:`generate`'s arguments; yields the tokens each step commits, as it commits them (the first list is
+    the prefill's one token). The lists joined are ``generate(...).tokens``. Arguments are checked at the call,
+    before the first step."""
+    return steps(*_prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
+                           cache_len, tree, rule))
+
+
+def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed, cache_len,
+             tree, rule):
+    """Validate the arguments; return what :func:`~specdec_core.loop.steps` takes."""
     params = SamplingParams(temperature, top_k, top_p)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
@@ -90,6 +125,4 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
         spec = TreeSearch(params, gen, drafter, k, shape, **({"rule": rule} if rule else {}))
     else:
         spec = Linear(params, gen, drafter, k, name=method, **({"rule": rule} if rule else {}))
-    stats = Stats(method)
-    tokens = [t for new in steps(spec, target, prompt, max_new_tokens, eos_ids(target), capacity, stats) for t in new]
-    return Result(tokens, stats)
+    return spec, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method)

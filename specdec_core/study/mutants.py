@@ -210,4 +210,13 @@ class RawLogitsQ(ModelDrafter):
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
 
 
-__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "speculative_sample"]
+__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "speculative_sample",
+                         "batch_smallest_commit"]
+
+
+def batch_smallest_commit(verdicts):
+    """MUTANT batch commit (for ``generate_batch(..., commit=...)``): every row's cache keeps the batch's
+    smallest accepted length + 1, the bookkeeping of a batch that rolls back in lockstep while each row
+    still emits its own tokens. Caught by greedy identity and by the batched law test."""
+    live = [v.accepted for v in verdicts if v is not None]
+    return [0 if v is None else min(live) + 1 for v in verdicts]

@@ -1,0 +1,139 @@
+"""``generate_batch``: several prompts decoded together, each row exactly as it would be decoded alone.
+
+A step is the single-sequence step for every row at once: the batched drafter proposes each row's tokens
+(:mod:`specdec_core.serving.drafters`), one target pass verifies every row's draft (rows right-padded to the
+longest, :class:`~specdec_core.serving.cache.BatchLM`), and each row's *accept* phase is the core's own
+(:class:`~specdec_core.loop.Linear` / :class:`~specdec_core.loop.Autoregressive`, with that row's generator
+and the same accept rule). Commit advances each row's cache by its own accepted length + 1: ragged
+acceptance is a per-row pointer move, never a re-padding. A row stops on its own (EOS or budget) and
+rides along, masked and uncommitted, until the last row is done.
+
+Exactness follows from the row being decoded by the single-sequence phases: greedy rows equal autoregressive
+decoding of the same prompt, and a sampled row with seed s equals ``generate(prompt, seed=s)`` up to the
+rounding of batched arithmetic (bit for bit on float64 toy pairs, which the tests check). The rows share
+passes, never random numbers or decisions.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decode import _prompt_tensor, eos_ids
+from ..loop import Autoregressive, Linear, Verdict, cut
+from ..record import Result, Stats
+from ..sampling import SamplingParams, choose, make_generator
+from ..verify import speculative_sample
+from .cache import BatchLM
+from .drafters import batched
+
+BATCH_METHODS = ("autoregressive", "linear", "parallel")
+
+
+@dataclass
+class BatchResult:
+    """``results[r]``: row r's :class:`~specdec_core.record.Result` (the record ``generate`` returns); ``stats``:
+    the batch's steps, target passes, new tokens, wall seconds, total tokens/s and ``slot_use`` (the
+    fraction of the token slots in the verify passes that carried a row's real token rather than padding)."""
+
+    results: list[Result]
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> list[list[int]]:
+        return [r.tokens for r in self.results]
+
+
+def _check(target, prompts, drafter, method, k, max_new_tokens, seed):
+    if method not in BATCH_METHODS:
+        raise ValueError(f"generate_batch supports methods {BATCH_METHODS}, got {method!r}")
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if method != "autoregressive" and drafter is None:
+        raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
+    seeds = [seed + r for r in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"seed must be an int or one seed per prompt: {len(seeds)} seeds for {len(prompts)} prompts")
+    vocab = target.config.get_text_config().vocab_size
+    return [_prompt_tensor(p, vocab).tolist() for p in prompts], seeds
+
+
+def generate_batch(target, prompts, drafter=None, method: str = "autoregressive", k: int = 4,
+                   max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                   seed=0, rule=None, commit=None) -> BatchResult:
+    """Decode every prompt of ``prompts`` (token-id lists of any lengths) in one batch; ``generate``'s arguments.
+
+    ``seed``: an int (row r uses ``seed + r``) or one seed per prompt; each row has its own generator, so its
+    output does not depend on its neighbours. ``method``: ``"autoregressive"``, ``"linear"`` or ``"parallel"``
+    (trees are single-sequence only). ``rule``: the accept rule, as in ``generate``. ``commit``: how many of
+    its verified tokens each row's cache keeps, from the rows' verdicts (default :func:`ragged_commit`, each
+    row its own accepted + 1); the negative controls of the tests pass a wrong one. Returns a :class:`BatchResult`.
+    """
+    params = SamplingParams(temperature, top_k, top_p)
+    rows, seeds = _check(target, prompts, drafter, method, k, max_new_tokens, seed)
+    B, device = len(rows), next(target.parameters()).device
+    if drafter is not None:
+        drafter.bind(target)
+    capacity = max(map(len, rows)) + max_new_tokens + k + 2
+    gens = [make_generator(device, s) for s in seeds]
+    accept = [Autoregressive(params, g) if method == "autoregressive" else
+              Linear(params, g, None, k, rule=rule or speculative_sample) for g in gens]
+    bdraft = None if method == "autoregressive" else batched(drafter, target, B, capacity)
+    lm, eos = BatchLM(target, B, capacity), eos_ids(target)
+    stats = [Stats(method) for _ in rows]
+    t0 = time.perf_counter()
+    logits = lm.prefill(rows)[:, -1]
+    first = [choose(logits[r], params, gens[r])[0] for r in range(B)]
+    seqs, outs = [p + [t] for p, t in zip(rows, first)], [[t] for t in first]
+    done = [t in eos or max_new_tokens <= 1 for t in first]
+    now = time.perf_counter() - t0
+    for s in stats:
+        s.target_passes, s.new_tokens, s.prefill_s, s.token_times = 1, 1, now, [now]
+    n_steps, slots, used = 0, 0, 0
+    while not all(done):
+        ks = [0 if d else min(k, max_new_tokens - len(o)) for d, o in zip(done, outs)]
+        t = {"draft": time.perf_counter()}
+        drafts = bdraft.propose(seqs, ks, params, gens) if bdraft else [None] * B
+        t["verify"] = time.perf_counter()
+        feed = [[] if done[r] else seqs[r][-1:] + (drafts[r].tokens.tolist() if drafts[r] else []) for r in range(B)]
+        logits = lm.forward(feed)
+        t["accept"] = time.perf_counter()
+        verdicts = [None if done[r] else accept[r].accept(drafts[r], logits[r, :len(feed[r])]) for r in range(B)]
+        t["commit"] = time.perf_counter()
+        lm.cache.advance(torch.tensor((commit or ragged_commit)(verdicts)))
+        if bdraft:
+            bdraft.accept([0 if v is None else v.accepted for v in verdicts])
+        t["end"] = time.perf_counter()
+        n_steps, slots, used = n_steps + 1, slots + B * logits.shape[1], used + sum(map(len, feed))
+        for r, v in enumerate(verdicts):
+            if v is not None:
+                _emit(stats[r], v, drafts[r], outs[r], seqs[r], done, r, max_new_tokens, eos, t, t0)
+    wall = time.perf_counter() - t0
+    total = sum(map(len, outs))
+    return BatchResult([Result(o, s) for o, s in zip(outs, stats)],
+                       dict(batch=B, method=method, steps=n_steps, target_passes=n_steps + 1, new_tokens=total,
+                            seconds=wall, tokens_per_s=total / wall, slot_use=used / slots if slots else 1.0))
+
+
+def ragged_commit(verdicts: list[Verdict | None]) -> list[int]:
+    """Each row keeps its last token and its own accepted drafts (a row that is done keeps nothing)."""
+    return [0 if v is None else v.accepted + 1 for v in verdicts]
+
+
+def _emit(stats: Stats, v: Verdict, draft, out: list[int], seq: list[int], done: list[bool], r: int,
+          max_new_tokens: int, eos: set[int], t: dict, t0: float) -> None:
+    """Row r's commit bookkeeping: cut at EOS/budget, the record, the phase times it waited through."""
+    new, done[r] = cut(v.tokens, max_new_tokens - len(out), eos)
+    out += new
+    seq += new
+    stats.record_step(v.tested, v.accepted, v.drafted, v.tests, draft.passes if draft is not None else 0)
+    stats.new_tokens = len(out)
+    for a, b in (("draft", "verify"), ("verify", "accept"), ("accept", "commit"), ("commit", "end")):
+        setattr(stats, f"{a}_s", getattr(stats, f"{a}_s") + t[b] - t[a])
+    stats.token_times += [t["end"] - t0] * len(new)
+    stats.decode_s = t["end"] - t0 - stats.prefill_s

@@ -1,0 +1,148 @@
+"""A batch of sequences in one preallocated KV cache: one length per row, O(1) per-row rollback.
+
+    keys[l], values[l] : [B, n_kv_heads, capacity, head_dim]      (allocated once)
+
+Row r's committed entries are the slots ``[starts[r], lengths[r])``. A pass over T tokens per row writes row
+r's tokens at ``[lengths[r], lengths[r] + T)`` (one scatter per layer) and attends through a 4D mask in
+which row r's query t sees its own committed slots and its own new tokens up to t; everything else in the
+``[0, max(lengths) + T)`` window (other rows' longer tails, stale entries past a row's length, the prompt's
+left padding) is masked. Rows therefore never need re-padding when they accept different numbers of
+tokens: committing n tokens is ``lengths[r] += n`` and rolling back is ``lengths[r] -= n``, pointer moves.
+
+The first pass (:meth:`BatchLM.prefill`) left-pads the rows so their last tokens align; ``starts[r]`` is
+row r's padding, and rotary positions are ``slot - starts[r]``, so each row sees exactly the positions it
+would see alone. The cost of this layout: a pass attends over the longest row's window (masked slots are
+computed and discarded), and a row that finished still rides along in the batch until every row is done.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class _BatchSlab(CacheLayerMixin):
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner: "BatchKVCache", keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.owner, self.keys, self.values = owner, keys, values
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor):
+        pass
+
+    def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
+        idx, end = self.owner.write_index(key_states.shape[-2])
+        idx = idx[:, None, :, None].expand_as(key_states)
+        self.keys.scatter_(2, idx, key_states)
+        self.values.scatter_(2, idx, value_states)
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return int(self.owner.lengths.max()) + cache_position.shape[0], 0
+
+    def get_seq_length(self) -> int:
+        return int(self.owner.lengths.max())
+
+    def get_max_cache_shape(self) -> int:
+        return self.owner.capacity
+
+
+class BatchKVCache(Cache):
+    """Preallocated cache for ``batch`` rows; ``lengths`` and ``starts`` are LongTensors ``[B]``."""
+
+    def __init__(self, config, batch: int, capacity: int, dtype: torch.dtype, device):
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.batch, self.capacity = int(batch), int(capacity)
+        self.lengths = torch.zeros(self.batch, dtype=torch.long, device=device)
+        self.starts = torch.zeros(self.batch, dtype=torch.long, device=device)
+        shape = (self.batch, n_kv, self.capacity, head_dim)
+        layers = [_BatchSlab(self, torch.zeros(shape, dtype=dtype, device=device),
+                             torch.zeros(shape, dtype=dtype, device=device)) for _ in range(config.num_hidden_layers)]
+        super().__init__(layers=layers)
+
+    def write_index(self, T: int) -> tuple[torch.Tensor, int]:
+        """Slots ``[B, T]`` a pass over T tokens per row writes, and the end of the attended window."""
+        end = int(self.lengths.max()) + T
+        if end > self.capacity:
+            raise ValueError(f"batch KV cache full: a pass of {T} tokens needs {end} slots of {self.capacity}")
+        return self.lengths[:, None] + torch.arange(T, device=self.lengths.device), end
+
+    def mask(self, T: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive 4D mask ``[B, 1, T, max(lengths) + T]`` for the next pass (0 = attend, dtype-min = blocked)."""
+        end = int(self.lengths.max()) + T
+        j = torch.arange(end, device=self.lengths.device)[None, None, :]  # [1, 1, end]
+        t = torch.arange(T, device=self.lengths.device)[None, :, None]  # [1, T, 1]
+        L, S = self.lengths[:, None, None], self.starts[:, None, None]
+        allowed = (j >= S) & (j <= L + t)  # committed [S, L) and the pass's own tokens up to t
+        out = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return out.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+    def advance(self, n: torch.Tensor) -> None:
+        """Commit ``n[r]`` positions of row r (just written by a pass)."""
+        n = torch.as_tensor(n, dtype=torch.long, device=self.lengths.device)
+        if bool((n < 0).any()) or bool((self.lengths + n > self.capacity).any()):
+            raise ValueError(f"cannot advance rows by {n.tolist()} (lengths {self.lengths.tolist()}, "
+                             f"capacity {self.capacity})")
+        self.lengths += n
+
+    def rollback(self, n: torch.Tensor) -> None:
+        """Forget the last ``n[r]`` committed positions of row r: O(1), a pointer move per row."""
+        n = torch.as_tensor(n, dtype=torch.long, device=self.lengths.device)
+        if bool((n < 0).any()) or bool((self.lengths - n < self.starts).any()):
+            raise ValueError(f"cannot roll back rows by {n.tolist()} (lengths {self.lengths.tolist()})")
+        self.lengths -= n
+
+    def reset(self, starts: torch.Tensor | None = None) -> None:
+        """Empty every row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding."""
+        self.lengths = torch.zeros_like(self.lengths)
+        self.starts = (torch.zeros_like(self.lengths) if starts is None
+                       else torch.as_tensor(starts, dtype=torch.long, device=self.lengths.device))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return int(self.lengths.max())
+
+
+class BatchLM:
+    """A model bound to a :class:`BatchKVCache`; rows hold token lists of different lengths."""
+
+    def __init__(self, model, batch: int, capacity: int):
+        self.model = model
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
+
+    @torch.inference_mode()
+    def _pass(self, ids: torch.Tensor, keep_last: int = 0, **model_kwargs) -> torch.Tensor:
+        T = ids.shape[1]
+        pos = (self.cache.lengths - self.cache.starts)[:, None] + torch.arange(T, device=self.device)
+        out = self.model(input_ids=ids.to(self.device), position_ids=pos.clamp_min(0),
+                         cache_position=torch.arange(T, device=self.device), attention_mask=self.cache.mask(T, self.dtype),
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep_last, **model_kwargs)
+        return out.logits
+
+    def prefill(self, rows: list[list[int]], keep_last: int = 1, uncommitted_tail: int = 0, **model_kwargs):
+        """The first pass: rows left-padded to a common length (their last tokens aligned), the last
+        ``keep_last`` rows of logits returned ``[B, keep_last, V]``; all but ``uncommitted_tail`` tokens commit."""
+        T = max(len(r) for r in rows)
+        self.cache.reset(torch.tensor([T - len(r) for r in rows]))
+        ids = torch.tensor([[0] * (T - len(r)) + list(r) for r in rows], dtype=torch.long)
+        logits = self._pass(ids, keep_last, **model_kwargs)
+        self.cache.advance(torch.full((len(rows),), T - uncommitted_tail))
+        return logits
+
+    def forward(self, rows: list[list[int]], commit: list[int] | None = None, **model_kwargs) -> torch.Tensor:
+        """Row r's tokens after its committed ones (rows right-padded to a common T); commits ``commit[r]``
+        of them (default none: the caller advances or rolls back after reading the logits ``[B, T, V]``)."""
+        T = max(1, max(len(r) for r in rows))
+        ids = torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.long)
+        logits = self._pass(ids, 0, **model_kwargs)
+        if commit is not None:
+            self.cache.advance(torch.tensor(commit))
+        return logits
