@@ -1,0 +1,261 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 9 · Serving: batches, and what a streaming reader sees
+#
+# A server does not decode one request at a time. It stacks the requests of many users into one batch,
+# so that one pass over the weights serves every row: on hardware where a pass over a few tokens costs
+# about as much as a pass over one, a batch of B rows yields B tokens for the price of one. Speculative
+# decoding lives off the same spare capacity: it verifies K + 1 tokens in one pass. In a batch the two
+# compete. A speculative step over B rows is a pass over B·(K + 1) tokens, and once that pass is no longer
+# nearly free the extra tokens cost more than the accepted drafts save. Somewhere in B speculation stops
+# paying. This chapter measures where, predicts it from pass costs alone, and checks the prediction.
+#
+# The batch runs on `sd.generate_batch` (`specdec_core/serving/`): one preallocated cache with a length per
+# row, so rows that accept different numbers of tokens are never re-padded. Each row's *accept* phase is the
+# single-sequence one with the row's own generator, so every row is exactly the decode of its prompt alone
+# (the tests check it bit for bit on float64 toy pairs; here, in float32, greedy rows are compared with
+# autoregressive decoding below).
+#
+# Speculation also changes how an answer arrives. Tokens come in bursts, one burst per verify pass, and a
+# server that times its stream *per chunk* reports one long gap where the reader received several tokens.
+# The last section measures both.
+
+# %% tags=["parameters"]
+model = "smollm2-135m"         # embedded name, Hugging Face id, or local path
+device = "cpu"                 # "cpu", "cuda" or "auto"
+per_task = 2                   # evaluation prompts per task; a batch of B takes B of them, cycling
+batch_sizes = [1, 2, 4, 8, 16, 32]
+max_new_tokens = 48            # per row
+repeats = 2                    # interleaved rounds over every (method, B)
+k_ngram = 4                    # prompt lookup's K (chapter 6's setting, fixed before any measurement)
+k_model = 3                    # the shipped draft's best K on held-out *training* prompts (its model card)
+pass_repeats = 5               # rounds timing the single-sequence passes t(T) of the cost model
+stream_prompts = 3             # prompts decoded one at a time for the streaming section
+out_dir = "../build/book/09_serving"
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from IPython.display import Markdown, display
+
+import specdec_core as sd
+from specdec_core.study import book, report
+from specdec_core.study import exactness as ex
+from specdec_core.study import serving as sv
+
+ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram"))
+pair, out = ch.pair, ch.out
+encoded = [ids for _, ids in ch.encoded]
+print(ch)
+
+# %% [markdown]
+# ## The methods, fixed before measuring
+# Autoregressive decoding, linear speculative decoding with prompt lookup (the n-gram drafter, no model)
+# and with the shipped draft model, each at a K chosen before this chapter ran. A fourth runner decodes
+# one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1.
+
+# %%
+methods = {
+    "autoregressive": dict(method="autoregressive"),
+    "linear, n-gram": dict(method="linear", drafter=pair.drafters["ngram"], k=k_ngram),
+    "linear, model draft": dict(method="linear", drafter=pair.drafters["model"], k=k_model),
+    "generate (one sequence)": dict(method="autoregressive", single=True),
+}
+K = {"linear, n-gram": k_ngram, "linear, model draft": k_model}
+runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats,
+                       progress=book.progress)
+ch.save(runs.drop(columns="outputs"), "batch_runs")
+runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B").round(1)
+
+# %% [markdown]
+# ## Every row is the autoregressive answer
+# The speed below means something only if every method decodes the same text. Each row of each batch is
+# compared with the autoregressive row of the same prompt at B = 1, token by token; a float32 divergence
+# is excused only where the target's two best logits lie within `ex.NEAR_TIE` (a near-tie, where batched
+# arithmetic may round either way).
+
+# %%
+used = range(min(len(encoded), max(batch_sizes)))  # the distinct prompts the batches took
+reference = {j: sd.generate(pair.target, encoded[j], max_new_tokens=max_new_tokens).tokens for j in used}
+checked, ties = 0, []
+for r in runs.itertuples():
+    for i, toks in enumerate(r.outputs):
+        j = i % len(encoded)
+        pos, gap = ex.first_divergence(pair.target, encoded[j], toks, reference[j])
+        assert ex.excused(pos, gap), f"{r.method}, B={r.B}, row {i}: diverges at token {pos} (top-2 gap {gap})"
+        checked += 1
+        if pos is not None:
+            ties.append((r.method, r.B, i, pos, gap))
+print(f"{checked} rows equal autoregressive decoding" + (f"; near-ties: {ties}" if ties else ""))
+
+# %% [markdown]
+# ## Throughput against batch size
+# Total tokens per second of the whole batch, median over the repeats with the interquartile range as the
+# error bar. Batch sizes are powers of two, so the axis is logarithmic.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+batched = runs[runs.method != "generate (one sequence)"]
+sns.lineplot(data=batched, x="B", y="tokens_per_s", hue="method", estimator="median",
+             errorbar=("pi", 50), marker="o", ax=ax)
+ax.set(xscale="log", xlabel="batch size B", ylabel="tokens/s, all rows", title="throughput against batch size")
+ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
+ax.xaxis.set_minor_locator(plt.NullLocator())
+ch.savefig(fig, "throughput_vs_batch")
+
+# %% [markdown]
+# Two numbers of this run decide whether batching works here at all: the batch path at B = 1 against the
+# single-sequence decoder (the cost of the per-row bookkeeping and the 4D mask), and autoregressive decoding
+# at B = 8 against B = 1 (what a batch buys before any speculation).
+
+# %%
+def paired(a: str, b: str, Ba: int, Bb: int) -> pd.Series:
+    """tokens/s of (a, Ba) ÷ (b, Bb), paired by repeat."""
+    x = runs[(runs.method == a) & (runs.B == Ba)].set_index("repeat").tokens_per_s
+    y = runs[(runs.method == b) & (runs.B == Bb)].set_index("repeat").tokens_per_s
+    return (x / y).dropna()
+
+
+checks = {"batch path ÷ generate, B = 1": paired("autoregressive", "generate (one sequence)", 1, 1)}
+if 8 in batch_sizes:
+    checks["autoregressive B = 8 ÷ B = 1"] = paired("autoregressive", "autoregressive", 8, 1)
+display(Markdown("\n".join(f"- {name}: {report.ratio_phrase(r)}" for name, r in checks.items())))
+
+# %% [markdown]
+# ## Where speculation stops paying: measured and predicted
+# Measured: the speedup of each speculative method over autoregressive decoding *at the same B*, paired by
+# repeat. Predicted: from single-sequence pass costs alone. Autoregressive decoding spends one pass over B
+# tokens, t(B), per B tokens. A speculative step spends K draft passes over B tokens, t_d(B) (nothing for
+# prompt lookup), and one verify pass over B·(K + 1) tokens, and yields τ tokens per row, τ taken from the
+# runs above (it belongs to the draft and the prompts, not to B: the rows are the same decodes at every B):
+#
+# $$\text{speedup}(B) = \frac{\tau \, t(B)}{K\, t_d(B) + t\big(B (K+1)\big)}$$
+#
+# The crossover is the smallest B whose speedup falls below 1.
+
+# %%
+counts = sorted({B for B in batch_sizes} | {B * (k + 1) for B in batch_sizes for k in K.values()})
+context = int(np.median([ids.numel() for ids in encoded])) + max_new_tokens // 2
+cost = sv.pass_cost_curve(pair.target, counts, context, repeats=pass_repeats, draft=pair.drafters["model"].model)
+ch.save(cost, "pass_costs")
+rows = []
+for name, k in K.items():
+    tau = float(runs[runs.method == name].tau.mean())
+    for B in batch_sizes:
+        r = paired(name, "autoregressive", B, B)
+        rows.append(dict(method=name, B=B, K=k, tau=tau, measured=r.median(), q25=r.quantile(0.25),
+                         q75=r.quantile(0.75),
+                         predicted=sv.predict_speedup(cost, B, k, tau, drafted="model" in name)))
+speed = pd.DataFrame(rows)
+ch.save(speed, "speedup_vs_batch")
+speed.round(3)
+
+# %% [markdown]
+# The figure sets the measured medians (with their interquartile ranges) beside the prediction; the dashed
+# line is speedup 1, below which speculation loses.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+for i, (name, g) in enumerate(speed.groupby("method", sort=False)):
+    ax.errorbar(g.B, g.measured, yerr=[g.measured - g.q25, g.q75 - g.measured], marker="o", capsize=3,
+                color=f"C{i}", label=f"{name}: measured")
+    ax.plot(g.B, g.predicted, ls=":", marker="x", color=f"C{i}", label=f"{name}: predicted")
+ax.axhline(1, color="0.4", ls="--", lw=1)
+ax.set(xscale="log", xlabel="batch size B", ylabel="speedup over autoregressive (same B)",
+       title="speculation against batch size")
+ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
+ax.xaxis.set_minor_locator(plt.NullLocator())
+ax.legend(fontsize=8)
+ch.savefig(fig, "speedup_vs_batch")
+
+# %%
+lines = []
+for name, g in speed.groupby("method", sort=False):
+    m, p = sv.crossover(g.B, g.measured), sv.crossover(g.B, g.predicted)
+    say = lambda b: f"B = {b}" if b is not None else f"none up to B = {max(batch_sizes)}"
+    agree = ("within a factor of 2" if (m is None) == (p is None) and (m is None or max(m, p) / min(m, p) <= 2)
+             else "more than a factor of 2 apart")
+    lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]} "
+                 f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0])}, at B = {g.B.iloc[-1]} "
+                 f"{report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1])}; "
+                 f"crossover measured {say(m)}, predicted {say(p)} ({agree}).")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## Latency per request
+# Batching buys throughput with latency: every request waits for the batch's passes, which grow with B.
+# The median time at which a row's last token was known:
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+sns.lineplot(data=batched, x="B", y="latency_s", hue="method", estimator="median", errorbar=("pi", 50),
+             marker="o", ax=ax)
+ax.set(xscale="log", xlabel="batch size B", ylabel="seconds to the last token (median row)",
+       title="per-request latency against batch size")
+ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
+ax.xaxis.set_minor_locator(plt.NullLocator())
+ch.savefig(fig, "latency_vs_batch")
+
+# %% [markdown]
+# ## Streaming: what the reader sees
+# One request at a time, through `sd.stream` (the decode loop is a generator of steps: each step yields
+# the tokens it committed). Time to first token is the prefill. After it, the per-token latency shares a
+# step's gap among the tokens it revealed; the per-chunk latency counts one gap per step, as a server that
+# times its stream chunks would.
+
+# %%
+stream_rows, arrivals = [], []
+for name in ("autoregressive", "linear, n-gram", "linear, model draft"):
+    kw = {key: v for key, v in methods[name].items()}
+    for j, ids in enumerate(encoded[:stream_prompts]):
+        res = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens, **kw)
+        stream_rows.append(dict(method=name, prompt=j, **sv.chunk_latencies(res.stats.token_times)))
+        if j == 0:
+            arrivals += [dict(method=name, token=i + 1, seconds=t) for i, t in enumerate(res.stats.token_times)]
+stream = pd.DataFrame(stream_rows)
+ch.save(stream, "streaming_latency")
+stream.groupby("method", sort=False).median(numeric_only=True).drop(columns="prompt").round(1)
+
+# %% [markdown]
+# The arrival pattern of the first prompt's answer: autoregressive tokens arrive one per pass, speculative
+# ones in bursts, one burst per verify pass.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+for i, (name, g) in enumerate(pd.DataFrame(arrivals).groupby("method", sort=False)):
+    ax.step(g.seconds, g.token, where="post", color=f"C{i}", label=name)
+    ax.plot(g.seconds, g.token, ".", color=f"C{i}", ms=4)
+ax.set(xlabel="seconds since the request", ylabel="tokens received", title="when the tokens arrive (prompt 0)")
+ax.legend(fontsize=8)
+ch.savefig(fig, "arrivals")
+
+# %%
+med = stream.groupby("method", sort=False).median(numeric_only=True)
+display(Markdown("\n".join(
+    f"- **{name}**: {int(r.tokens)} tokens in {int(r.chunks)} chunks; time to first token {r.ttft_ms:.0f} ms; "
+    f"inter-token latency p50 / p90 / p99 {r.token_p50_ms:.0f} / {r.token_p90_ms:.0f} / {r.token_p99_ms:.0f} ms "
+    f"per token, {r.chunk_p50_ms:.0f} / {r.chunk_p90_ms:.0f} / {r.chunk_p99_ms:.0f} ms per chunk"
+    for name, r in med.iterrows())))
+
+# %% [markdown]
+# ## Summary
+# What this run measured (every number above comes from it; the reference run on the book's 2-core CPU
+# is in `data/reference/book/09_serving/`):
+
+# %%
+summary = [f"- All {checked} batched rows decoded the autoregressive text"
+           + (f" (near-ties excused: {len(ties)})." if ties else ".")]
+summary += [f"- {name}: {report.ratio_phrase(r)}." for name, r in checks.items()]
+summary += lines
+display(Markdown("\n".join(summary)))

@@ -1,0 +1,33 @@
+"""Saying a comparison the same way everywhere: a ratio, its spread, and the verdict the spread allows.
+
+    report.ratio_phrase(paired_ratios)            # '1.21× (IQR 1.05–1.31, 12 pairs): faster'
+    report.verdict(median, q25, q75)              # 'faster' | 'slower' | 'ties'
+
+The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*.
+Chapters render their findings from these strings, so the words always match the numbers beside them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def verdict(median: float, q25: float, q75: float, better: str = "faster", worse: str = "slower") -> str:
+    """``better`` if the whole IQR lies above 1, ``worse`` if below, else ``"ties"`` (NaN: ``"not measured"``)."""
+    if any(np.isnan(x) for x in (median, q25, q75)):
+        return "not measured"
+    return better if q25 > 1 else worse if q75 < 1 else "ties"
+
+
+def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, **words) -> str:
+    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
+    pairs = f", {n} pair{'s' if n != 1 else ''}" if n is not None else ""
+    return f"{median:.2f}× (IQR {q25:.2f}–{q75:.2f}{pairs}): {verdict(median, q25, q75, **words)}"
+
+
+def ratio_phrase(ratios, **words) -> str:
+    """:func:`ratio_phrase_median` of a sample of paired ratios."""
+    r = np.asarray(list(ratios), dtype=float)
+    if r.size == 0:
+        return "not measured"
+    q25, med, q75 = np.percentile(r, [25, 50, 75])
+    return ratio_phrase_median(float(med), float(q25), float(q75), n=int(r.size), **words)

@@ -1,0 +1,21 @@
+"""report: a comparison is said with its spread, and the verdict follows the interquartile range."""
+import numpy as np
+import pytest
+
+from specdec_core.study import report
+
+
+@pytest.mark.parametrize("q25, q75, want", [(1.05, 1.3, "faster"), (0.7, 0.95, "slower"), (0.95, 1.1, "ties"),
+                                            (1.0, 1.2, "ties")])
+def test_verdict_reads_the_iqr(q25, q75, want):
+    assert report.verdict((q25 + q75) / 2, q25, q75) == want
+
+
+def test_phrase_of_paired_ratios():
+    r = [0.9, 1.1, 1.2, 1.3, 1.4]
+    assert report.ratio_phrase(r) == "1.20× (IQR 1.10–1.30, 5 pairs): faster"
+    assert report.ratio_phrase([0.5]).endswith("1 pair): slower")
+    assert report.ratio_phrase([]) == "not measured"
+    assert report.verdict(np.nan, 1, 1) == "not measured"
+    assert report.ratio_phrase_median(1.0, 0.9, 1.1, better="cheaper", worse="dearer").endswith("ties")
+    assert report.ratio_phrase_median(1.5, 1.2, 1.7, better="cheaper").endswith("cheaper")
