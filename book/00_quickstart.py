@@ -25,27 +25,23 @@ temperature = 0.0        # 0 means greedy
 device = "cpu"           # "cpu", "cuda" or "auto"
 out_dir = "../build/book/00_quickstart"  # figures and tables land here
 
-# %%
-import time
-from pathlib import Path
+# %% [markdown]
+# Every chapter starts with the same set-up, `specdec_core.study.book.setup`: the plotting theme, the output
+# folder, the thread count, the model pair (target, tokenizer and drafters) and, where a chapter needs them,
+# the evaluation prompts encoded with the chat template. Here it loads the pair alone.
 
+# %%
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 
 import specdec_core as sd
+from specdec_core.study import book
 
-sns.set_theme(style="whitegrid", context="notebook")
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-
-t0 = time.perf_counter()
-pair = sd.load_pair(model, device=device)
-print(f"loaded {model} in {time.perf_counter() - t0:.1f} s:",
-      f"{sum(p.numel() for p in pair.target.parameters()) / 1e6:.1f} M parameters,",
-      f"{pair.target.dtype}, device {next(pair.target.parameters()).device}")
+ch = book.setup(out_dir, model, device=device)
+pair, out = ch.pair, ch.out
+print(ch)
 
 # %% [markdown]
 # The prompt goes through the model's chat template (SmolLM2 adds its own default system turn).
@@ -74,18 +70,17 @@ assert s["tau"] == 1.0
 # ## Per-token latency
 # `token_times` holds the moment each token became known. The first one includes the prefill — one pass
 # over the whole prompt — so it is the time to first token (TTFT). The rest are one decode pass each.
+# The figure plots each token's latency: the prefill's point stands alone, the decode passes form a flat band.
 
 # %%
 times = np.asarray(s["token_times"])
 lat = np.diff(np.concatenate([[0.0], times])) * 1e3
-df = pd.DataFrame({"token": np.arange(1, len(lat) + 1), "latency_ms": lat,
-                   "kind": ["prefill (TTFT)"] + ["decode"] * (len(lat) - 1)})
-df.to_csv(out / "token_latency.csv", index=False)
+df = ch.save(pd.DataFrame({"token": np.arange(1, len(lat) + 1), "latency_ms": lat,
+                           "kind": ["prefill (TTFT)"] + ["decode"] * (len(lat) - 1)}), "token_latency")
 fig, ax = plt.subplots(figsize=(8, 3.5))
 sns.scatterplot(data=df, x="token", y="latency_ms", hue="kind", ax=ax, s=18)
 ax.set(xlabel="generated token", ylabel="latency (ms)", title=f"{model}: one target pass per token")
-fig.tight_layout()
-fig.savefig(out / "token_latency.png", dpi=120)
+ch.savefig(fig, "token_latency")
 decode = lat[1:]
 print(f"TTFT {lat[0]:.1f} ms for {ids.numel()} prompt tokens; decode p50 {np.median(decode):.1f} ms, "
       f"p95 {np.percentile(decode, 95):.1f} ms → {1e3 / np.median(decode):.1f} tokens/s")
@@ -96,7 +91,8 @@ print(f"TTFT {lat[0]:.1f} ms for {ids.numel()} prompt tokens; decode p50 {np.med
 # the spare arithmetic on checking several guessed tokens per pass.
 #
 # ## Summary
-# - `sd.load_pair` gives a target, its tokenizer and the drafters; `sd.generate` decodes with any method.
+# - `sd.load_pair` gives a target, its tokenizer and the drafters (`book.setup` calls it for every chapter);
+#   `sd.generate` decodes with any method.
 # - The baseline makes one target pass per token over a preallocated KV cache.
 #
 # ## Exercises

@@ -27,7 +27,7 @@
 #
 # We measure the two ceilings, count bytes and FLOPs per pass, time passes for T = 1…256 at several
 # context lengths, and then take apart the difference between the measured one-token pass and the
-# weight-streaming floor, with measurements. Reusable code lives in `specdec_core.profiling`.
+# weight-streaming floor, with measurements. Reusable code lives in `specdec_core.study.profiling`.
 
 # %% tags=["parameters"]
 device = "cpu"            # "cpu", "cuda" or "auto"
@@ -52,29 +52,21 @@ out_dir = "../build/book/01_bottleneck"  # figures and CSVs land here
 # %%
 import gc
 import os
-from functools import partial
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from tqdm import tqdm as _tqdm
 
-import specdec_core as sd
-from specdec_core import profiling as pf
 from specdec_core.lm import CachedLM
+from specdec_core.study import blas, book
+from specdec_core.study import profiling as pf
 
-sns.set_theme(style="whitegrid", context="notebook")
-tqdm = partial(_tqdm, mininterval=10)  # few updates: the executed notebook stays readable
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-dev = sd.models.resolve_device(device)
-dt = pf.resolve_dtype(dtype)
+ch = book.setup(out_dir, model, device=device, dtype=dtype, reference=True)  # CSVs tagged with the device
+dev, dt, tag, target = ch.device, ch.dtype, ch.tag, ch.target
 b = torch.finfo(dt).bits // 8  # bytes per element
-tag = pf.device_tag(dev)
 if dev.type == "cpu":
     thread_counts = [n for n in threads if 1 <= n <= len(os.sched_getaffinity(0))]
 else:
@@ -84,20 +76,8 @@ if not thread_counts:
 S0, T_max = min(context_lengths), max(token_counts)
 if 1 not in token_counts:
     raise ValueError("token_counts must include 1: every ratio is taken against t(1)")
-print(f"device {dev} ({tag}), dtype {dtype}, torch {torch.__version__}, thread counts {thread_counts}")
-
-
-def save(df, name):
-    """CSV under out_dir (and under data/reference/<device>/ on a GPU), tagged with the device."""
-    df = df.assign(device=tag)
-    for p in pf.save_csv(df, name, out, dev):
-        print("wrote", p)
-    return df
-
-
-def savefig(fig, name):
-    fig.savefig(out / f"{name}.png", dpi=120, bbox_inches="tight")
-    plt.show()
+print(ch)
+print(f"device {dev} ({tag}), torch {torch.__version__}, thread counts compared {thread_counts}")
 
 
 # %% [markdown]
@@ -110,7 +90,7 @@ def savefig(fig, name):
 
 # %%
 rows = []
-for n in tqdm(thread_counts, desc="ceilings"):
+for n in book.progress(thread_counts, desc="ceilings"):
     torch.set_num_threads(n)
     cb = pf.copy_bandwidth(copy_mib << 20, dev, dt, repeats=max(3, repeats))
     mp = pf.matmul_peak(gemm_n if dev.type == "cpu" else max(gemm_n, 8192), dev, dt, repeats=max(3, repeats))
@@ -123,46 +103,25 @@ ceilings
 # %% [markdown]
 # ## 2. The model, and which thread count to use
 #
-# We load the target and time a one-token pass (after S0 cached tokens) at every thread count. The
-# cache is filled *by pointer*: `advance(S)` marks S positions as committed without writing them —
-# a pass's time does not depend on the values it reads. Each timed pass writes T positions and is
-# rolled back afterwards (a pointer move), so every run sees the same cache.
+# The set-up loaded the target; we time a one-token pass (after S0 cached tokens) at every thread count.
+# The cache is filled *by pointer* (`profiling.at_context`: `advance(S)` marks S positions as committed
+# without writing them) — a pass's time does not depend on the values it reads. Each timed pass writes T
+# positions without committing them (`profiling.pass_fn`: `forward(commit=False)`), so every run sees the
+# same cache.
 
 # %%
-t0 = time.perf_counter()
-target = sd.load_pair(model, dtype=dt, device=dev).target
 cfg = target.config
 arch = pf.Arch.from_config(cfg)
 P_params = sum(p.numel() for p in target.parameters())
 assert P_params == pf.param_count(cfg), "the accounting's parameter count must match the model"
-print(f"{model}: {P_params / 1e6:.1f} M parameters ({P_params * b / 1e6:.0f} MB in {dtype}), {arch}, "
-      f"loaded in {time.perf_counter() - t0:.1f} s")
+print(f"{model}: {P_params / 1e6:.1f} M parameters ({P_params * b / 1e6:.0f} MB in {dtype}), {arch}")
 lm = CachedLM(target, max(context_lengths) + max(T_max, prompt_len + decode_len))
-gen = torch.Generator().manual_seed(0)
-
-
-def at_context(lm, S):
-    """Set the committed length to S through the cache contract (rollback / advance: pointer moves)."""
-    lm.cache.rollback(lm.length)
-    lm.cache.advance(S)
-
-
-def pass_fn(lm, T, vocab):
-    """A timed callable: one forward pass over T new tokens, then roll them back."""
-    toks = torch.randint(0, vocab, (T,), generator=gen)
-
-    def run():
-        lm.forward(toks)
-        lm.cache.rollback(T)
-    return run
-
-
 weights = pf.model_linears(target)  # the model's own matrices, for bare-matmul timings
 rows = []
-for n in tqdm(thread_counts, desc="threads"):
+for n in book.progress(thread_counts, desc="threads"):
     torch.set_num_threads(n)
-    at_context(lm, S0)
-    s = pf.time_interleaved({"t(1)": pass_fn(lm, 1, arch.V), "bare matmuls M=1": pf.matmul_chain(weights, 1)},
+    pf.at_context(lm, S0)
+    s = pf.time_interleaved({"t(1)": pf.pass_fn(lm, 1, arch.V), "bare matmuls M=1": pf.matmul_chain(weights, 1)},
                             repeats=max(3, repeats), warmup=warmup, device=dev)
     for r in pf.summarize(s).itertuples():
         rows.append(dict(threads=n, what=r.name, median_ms=1e3 * r.median, q25_ms=1e3 * r.q25, q75_ms=1e3 * r.q75))
@@ -171,10 +130,10 @@ n_threads = int(by_threads[by_threads.what == "t(1)"].sort_values("median_ms").t
 torch.set_num_threads(n_threads)
 ceil = ceilings.set_index("threads").loc[n_threads]
 BW, PEAK = ceil.copy_gbps * 1e9, ceil.gemm_gflops * 1e9
-save(by_threads, "threads")
+ch.save(by_threads, "threads")
 print(f"using {n_threads} thread(s): copy {BW / 1e9:.1f} GB/s, GEMM {PEAK / 1e9:.1f} GFLOP/s, "
       f"ridge point {PEAK / BW:.2f} FLOP/byte")
-save(ceilings, "ceilings")
+ch.save(ceilings, "ceilings")
 by_threads.pivot(index="what", columns="threads", values="median_ms").round(1)
 
 # %% [markdown]
@@ -219,9 +178,9 @@ sdpa_mod.use_gqa_in_sdpa = _spy
 try:
     gqa_native = {}
     for T in (1, 2):
-        at_context(lm, S0)
+        pf.at_context(lm, S0)
         seen.clear()
-        pass_fn(lm, T, arch.V)()
+        pf.pass_fn(lm, T, arch.V)()
         gqa_native[T] = all(seen) if seen else True  # no call: this attention has no GQA repeat to skip
 finally:
     sdpa_mod.use_gqa_in_sdpa = _orig
@@ -242,6 +201,10 @@ print(f"T=1, S={S0}: {c1['flops'] / 1e6:.0f} MFLOP over {c1['bytes'] / 1e6:.0f} 
       f"-> intensity {c1['intensity']:.3f} FLOP/byte (ridge {PEAK / BW:.2f})")
 breakdown.round(2)
 
+# %% [markdown]
+# Every pass's arithmetic intensity against the ridge point, by context length: where a curve crosses the
+# red line, the roofline says the pass turns compute-bound — that T is the predicted knee.
+
 # %%
 acc = pd.DataFrame([dict(T=T, S=S, **{k: v for k, v in cost(T, S).items() if k not in ("T", "S")})
                     for S in context_lengths for T in token_counts])
@@ -252,7 +215,7 @@ ax.axhline(PEAK / BW, color="crimson", ls="--", label=f"ridge point {PEAK / BW:.
 ax.set(xscale="log", yscale="log", xlabel="new tokens per pass T", ylabel="FLOP per byte moved",
        title="Arithmetic intensity of a pass vs the ridge point")
 ax.legend(title="context S")
-savefig(fig, "intensity")
+ch.savefig(fig, "intensity")
 print("knee predicted from the ridge point, by context:", {S: round(k, 1) for S, k in knee_ideal.items()})
 
 # %% [markdown]
@@ -265,18 +228,18 @@ print("knee predicted from the ridge point, by context:", {S: round(k, 1) for S,
 
 # %%
 samples = []
-for S in tqdm(context_lengths, desc="contexts"):
-    at_context(lm, S)
-    s = pf.time_interleaved({T: pass_fn(lm, T, arch.V) for T in token_counts}, repeats=repeats,
+for S in book.progress(context_lengths, desc="contexts"):
+    pf.at_context(lm, S)
+    s = pf.time_interleaved({T: pf.pass_fn(lm, T, arch.V) for T in token_counts}, repeats=repeats,
                             warmup=warmup, device=dev)
     samples.append(s.assign(S=S))
 samples = pd.concat(samples).rename(columns={"name": "T"})
-save(samples, "pass_samples")
+ch.save(samples, "pass_samples")
 mm_curve = pf.summarize(pf.time_interleaved({T: pf.matmul_chain(weights, T) for T in token_counts},
                                             repeats=repeats, warmup=warmup, device=dev))
 mm_curve = mm_curve.rename(columns={"name": "T"}).sort_values("T").reset_index(drop=True)
 mm_curve["ratio"] = mm_curve["median"] / mm_curve["median"].iloc[0]
-save(mm_curve, "bare_matmul_times")
+ch.save(mm_curve, "bare_matmul_times")
 passes = pf.summarize(samples, ["S", "T"]).merge(acc, on=["S", "T"])
 passes = passes.sort_values(["S", "T"]).reset_index(drop=True)
 passes["t1"] = passes.groupby("S")["median"].transform("first")
@@ -286,8 +249,12 @@ passes["roof_ratio"] = passes["roof_s"] / passes.groupby("S")["roof_s"].transfor
 passes["achieved_gbps"] = passes["bytes"] / passes["median"] / 1e9
 passes["achieved_gflops"] = passes["flops"] / passes["median"] / 1e9
 passes["model"] = model
-save(passes, "pass_times")
+ch.save(passes, "pass_times")
 passes[["S", "T", "median", "q25", "q75", "ratio", "roof_ratio", "achieved_gbps", "achieved_gflops"]].round(4)
+
+# %% [markdown]
+# The central figure of the chapter: t(T)/t(1) as measured, as the roofline predicts it from the two ceilings,
+# and for the bare matmuls, against the diagonal t ∝ T that a pass would follow if nothing were shared.
 
 # %%
 long = pd.concat([passes.assign(curve="measured", y=passes["ratio"]),
@@ -300,7 +267,7 @@ ax.axhline(1, color="black", lw=0.8)
 ax.set(xscale="log", yscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)",
        title=f"{model}, {dtype}, {tag}: cost of a T-token pass relative to one token")
 ax.legend(fontsize=8)
-savefig(fig, "ratio")
+ch.savefig(fig, "ratio")
 
 
 def bumps(T, t):
@@ -325,21 +292,23 @@ print("T where a larger T is faster (model, per S):",
 # cost of one row on two threads (a one-token pass is a matrix-vector product, bound by memory either way).
 # `import specdec_core` sets it unless the variable is already set (`MKL_CBWR=` keeps MKL's default);
 # the rest of the book, our decoders and transformers' alike, runs with it. MKL reads the variable once
-# per process, so each setting is timed in a fresh subprocess (`specdec_core.blas.compare_paths`), one
-# after the other, at every thread count compared in section 2.
+# per process, so each setting is timed in a fresh subprocess (`specdec_core.study.blas.compare_paths`), one
+# after the other, at every thread count compared in section 2. The figure shows t(T)/t(1) under each
+# setting, for the model's passes and for its bare matmuls.
 
 # %%
 if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
-    blas_df = pd.concat([sd.blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
-                                               threads=n).assign(threads=n) for n in tqdm(thread_counts, desc="BLAS")])
-    save(blas_df, "blas_paths")
+    blas_df = pd.concat([blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
+                                            threads=n).assign(threads=n)
+                         for n in book.progress(thread_counts, desc="BLAS")])
+    ch.save(blas_df, "blas_paths")
     g = sns.relplot(data=blas_df, x="T", y="ratio", hue="setting", style="threads", col="what", kind="line",
                     marker="o", height=3.6, aspect=1.25)
     g.set(xscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)")
     for ax in g.axes.flat:
         ax.axhline(1, color="black", lw=0.8)
     g.fig.suptitle(f"{model}, {dtype}, {tag}: MKL's default choices vs MKL_CBWR=AUTO", y=1.04)
-    savefig(g.fig, "blas_paths")
+    ch.savefig(g.fig, "blas_paths")
     print("pass over T tokens / one-token pass, per setting and thread count:")
     print(blas_df[blas_df.what == "pass"].pivot_table(index="T", columns=["threads", "setting"],
                                                       values="ratio").round(2).to_string())
@@ -367,7 +336,7 @@ sns.scatterplot(data=passes, x="intensity", y="achieved_gflops", hue="S", size="
 ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / byte)", ylabel="achieved GFLOP/s",
        title="Measured passes on the roofline")
 ax.legend(fontsize=7, loc="lower right")
-savefig(fig, "roofline")
+ch.savefig(fig, "roofline")
 
 # %% [markdown]
 # ## 5. The knee: predicted versus measured
@@ -404,7 +373,7 @@ for S in context_lengths:
 knees = pd.DataFrame(rows)
 knees["ideal_over_measured"] = knees.knee_ideal / knees.knee_measured
 knees["corrected_over_measured"] = knees.knee_corrected / knees.knee_measured
-save(knees, "knees")
+ch.save(knees, "knees")
 knees.round(2)
 
 # %%
@@ -452,18 +421,18 @@ else:  # flat through the largest T measured: the knee lies beyond it, and a pre
 weights_T = [w.t().contiguous() for w in weights]  # a second copy, laid out [in, out]
 twin = pf.dispatch_twin(cfg, dt, dev)
 lm_twin = CachedLM(twin, S0 + 8)
-at_context(lm_twin, S0)
-at_context(lm, S0)
+pf.at_context(lm_twin, S0)
+pf.at_context(lm, S0)
 g = pf.summarize(pf.time_interleaved({
-    "t(1)": pass_fn(lm, 1, arch.V),
+    "t(1)": pf.pass_fn(lm, 1, arch.V),
     "bare matmuls, F.linear [out,in]": pf.matmul_chain(weights, 1),
     "bare matmuls, x @ W [in,out]": pf.matmul_chain(weights_T, 1, transposed=True),
-    "dispatch twin t(1)": pass_fn(lm_twin, 1, twin.config.vocab_size),
+    "dispatch twin t(1)": pf.pass_fn(lm_twin, 1, twin.config.vocab_size),
 }, repeats=max(5, repeats), warmup=warmup, device=dev)).set_index("name")
 del weights_T
-prof = pf.profile_ops(pass_fn(lm, 1, arch.V), dev, repeats=3)
+prof = pf.profile_ops(pf.pass_fn(lm, 1, arch.V), dev, repeats=3)
 prof_mm = prof[prof.op.isin(["aten::mm", "aten::addmm", "aten::bmm"])].total_s.sum()  # kernels included
-save(prof.head(25), "profile_t1")
+ch.save(prof.head(25), "profile_t1")
 prof.head(12).round(5)  # self time: the operator's own work, children excluded
 
 # %%
@@ -480,7 +449,7 @@ gap = pd.DataFrame([
 ], columns=["part", "seconds"])
 gap["ms"] = 1e3 * gap.seconds
 gap["share"] = gap.seconds / t1
-save(gap, "gap_t1")
+ch.save(gap, "gap_t1")
 print(f"t(1) = {1e3 * t1:.1f} ms; floor {1e3 * floor:.1f} ms ({c1['bytes'] / 1e6:.0f} MB at {BW / 1e9:.1f} GB/s)")
 print(f"achieved bandwidth at T=1: {c1['bytes'] / t1 / 1e9:.1f} GB/s = {c1['bytes'] / t1 / BW:.0%} of the copy bandwidth")
 print(f"bare matmuls reach {w_bytes / t_lin / 1e9:.1f} GB/s as stored, "
@@ -489,6 +458,9 @@ print(f"profiler: matmul time {1e3 * prof_mm:.1f} ms of a {1e3 * prof.attrs['wal
       f"({prof_mm / prof.attrs['wall_s']:.0%}); bare matmuls {1e3 * t_lin:.1f} ms; all other operators' "
       f"self time {1e3 * (prof.self_s.sum() - prof_mm):.1f} ms")
 gap.round(3)
+
+# %% [markdown]
+# The decomposition as one bar (left), beside the profiler's top operators by self time (right).
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw=dict(width_ratios=[1.1, 1], wspace=0.45))
@@ -501,7 +473,7 @@ axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2))
 top = prof.head(10).assign(ms=lambda d: 1e3 * d.self_s, op=lambda d: d.op.str.removeprefix("aten::").str.slice(0, 24))
 sns.barplot(data=top, y="op", x="ms", ax=axes[1], color="steelblue")
 axes[1].set(xscale="log", title="profiler: self time per pass, top operators", ylabel="", xlabel="ms (log)")
-savefig(fig, "gap_t1")
+ch.savefig(fig, "gap_t1")
 
 # %% [markdown]
 # Which matrices are slow? Each of the model's shapes, timed as a chain over all layers, against the
@@ -519,14 +491,14 @@ shape_t["shape"] = [tuple(by_shape[k][0].shape) for k in shape_t.name]
 shape_t["MB"] = [sum(w.nbytes for w in by_shape[k]) / 1e6 for k in shape_t.name]
 shape_t["gbps"] = shape_t.MB / 1e3 / shape_t["median"]
 shape_t["of_copy_bw"] = shape_t.gbps / (BW / 1e9)
-save(shape_t, "matmul_shapes_m1")
+ch.save(shape_t, "matmul_shapes_m1")
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
 sns.barplot(data=shape_t, x="name", y="gbps", color="steelblue", ax=ax)
 ax.axhline(BW / 1e9, color="crimson", ls="--", label="copy bandwidth")
 ax.set(xlabel="", ylabel="GB/s at M = 1", title="Weight-streaming rate of each matmul shape (one-row input)")
 ax.tick_params(axis="x", rotation=30)
 ax.legend()
-savefig(fig, "matmul_shapes")
+ch.savefig(fig, "matmul_shapes")
 shape_t[["name", "shape", "MB", "median", "gbps", "of_copy_bw"]].round(3)
 
 # %%
@@ -546,15 +518,16 @@ if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matm
 
 # %%
 torch.set_num_threads(n_threads)
+gen = torch.Generator().manual_seed(0)
 prompt = torch.randint(0, arch.V, (prompt_len,), generator=gen)
 stair = []
 for mode in ("prefill, then one pass per token", "one pass per token throughout"):
-    at_context(lm, 0)
+    pf.at_context(lm, 0)
     clock, done = 0.0, 0
     steps = [prompt] if mode.startswith("prefill") else list(prompt.split(1))
     steps += [torch.randint(0, arch.V, (1,), generator=gen) for _ in range(decode_len)]
     stair.append(dict(mode=mode, tokens=0, seconds=0.0))
-    for x in tqdm(steps, desc=mode[:20], leave=False):
+    for x in book.progress(steps, desc=mode[:20], leave=False):
         pf.sync(dev)
         t = time.perf_counter()
         lm.forward(x, last_only=True)
@@ -562,7 +535,7 @@ for mode in ("prefill, then one pass per token", "one pass per token throughout"
         clock += time.perf_counter() - t
         done += x.numel()
         stair.append(dict(mode=mode, tokens=done, seconds=clock))
-stair = save(pd.DataFrame(stair), "staircase")
+stair = ch.save(pd.DataFrame(stair), "staircase")
 fig, ax = plt.subplots(figsize=(7, 4))
 for mode, d in stair.groupby("mode"):
     ax.step(d.tokens, d.seconds, where="post", label=mode)
@@ -570,7 +543,7 @@ ax.axvline(prompt_len, color="grey", ls=":", lw=1)
 ax.set(xlabel="tokens processed (prompt, then generated)", ylabel="cumulative seconds",
        title=f"Prefill vs token-by-token: {prompt_len} prompt + {decode_len} generated tokens")
 ax.legend()
-savefig(fig, "staircase")
+ch.savefig(fig, "staircase")
 tp = {m: d[d.tokens <= prompt_len].seconds.max() for m, d in stair.groupby("mode")}
 one, each = tp["prefill, then one pass per token"], tp["one pass per token throughout"]
 print(f"the prompt in one pass: {one:.2f} s; token by token: {each:.2f} s ({each / one:.1f}x)")
@@ -581,20 +554,21 @@ assert one < each, "a prefill pass should beat feeding the prompt token by token
 #
 # Timing does not depend on weight values, so random-weight Llama models with the *shapes* of public
 # models stand in for trained ones (`profiling.LLAMA_SHAPES`; labelled "random weights" everywhere).
-# The weights are filled with a tiled random block (no NaNs, no denormals, which would slow a CPU).
+# The weights are filled with a tiled random block (no NaNs, no denormals, which would slow a CPU). The
+# figure sets t(T)/t(1) of every size side by side.
 
 # %%
 scale_rows = []
 p0 = passes[passes.S == S0]
 for T, t in zip(p0["T"], p0["median"]):
     scale_rows.append(dict(model=f"{model} (trained)", params=P_params, T=T, median=t))
-for size in tqdm(scale_models, desc="scale models"):
+for size in book.progress(scale_models, desc="scale models"):
     t0 = time.perf_counter()
     big = pf.random_llama(size, dt, dev)
     n_par = sum(p.numel() for p in big.parameters())
     lm_big = CachedLM(big, S0 + max(scale_token_counts))
-    at_context(lm_big, S0)
-    s = pf.summarize(pf.time_interleaved({T: pass_fn(lm_big, T, big.config.vocab_size) for T in scale_token_counts},
+    pf.at_context(lm_big, S0)
+    s = pf.summarize(pf.time_interleaved({T: pf.pass_fn(lm_big, T, big.config.vocab_size) for T in scale_token_counts},
                                          repeats=scale_repeats, warmup=warmup, device=dev, progress=True))
     for r in s.itertuples():
         scale_rows.append(dict(model=big.label, params=n_par, T=r.name, median=r.median))
@@ -613,17 +587,17 @@ for name, d in scale.groupby("model", sort=False):
                      achieved_gbps_t1=ck["bytes"] / t1m / 1e9, of_copy_bw=ck["bytes"] / t1m / BW,
                      knee_ideal=pf.roofline_knee(c_cfg, S0, b, BW, PEAK, gqa_expanded=expanded[2]),
                      knee_measured=fit["knee"], knee_resolved=fit["resolved"]))
-scale_summary = save(pd.DataFrame(rows), "scale_summary")
+scale_summary = ch.save(pd.DataFrame(rows), "scale_summary")
 scale = scale.sort_values(["params", "T"]).reset_index(drop=True)
 scale["ratio"] = scale["median"] / scale["model"].map(scale[scale["T"] == 1].set_index("model")["median"])
-save(scale, "scale_times")
+ch.save(scale, "scale_times")
 fig, ax = plt.subplots(figsize=(7, 4.5))
 sns.lineplot(data=scale, x="T", y="ratio", hue="model", marker="o", ax=ax)
 ax.plot(token_counts, token_counts, color="grey", lw=0.8, ls=":", label="t ∝ T")
 ax.set(xscale="log", yscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)",
        title=f"t(T) / t(1) by model size ({tag}, S={S0})")
 ax.legend(fontsize=8)
-savefig(fig, "scale")
+ch.savefig(fig, "scale")
 scale_summary.round(3)
 
 # %% [markdown]
@@ -650,7 +624,7 @@ fails["non_weight_share_T1"] = [1 - cost(1, S)["weight_bytes"] / cost(1, S)["byt
 fails["non_weight_share_T2"] = [1 - cost(2, S)["weight_bytes"] / cost(2, S)["bytes"] for S in fails.index]
 fails["roof_t2_over_t1"] = [pf.roofline_time(cost(2, S), BW, PEAK) / pf.roofline_time(cost(1, S), BW, PEAK)
                             for S in fails.index]
-save(fails.reset_index(), "long_context")
+ch.save(fails.reset_index(), "long_context")
 fails.round(3)
 
 # %% [markdown]

@@ -61,7 +61,7 @@ epsilon = 0.01               # equivalence margin: the notebook asserts TV(sampl
 calibration_sims = 2000      # multinomial repetitions under the exact law (the test's own calibration)
 power_tvs = [0.01, 0.02]     # TVs for the power analysis
 power_target = 0.99
-# negative controls (specdec_core.mutants.CONTROLS)
+# negative controls (specdec_core.study.mutants.CONTROLS)
 mutants = ["residual_from_p", "no_bonus", "bonus_wrong_row", "raw_logits_q", "no_min_residual",
            "accept_with_p", "typical_acceptance", "no_bonus_literal", "no_min_literal"]
 n_mutant = 400               # continuations per control run (the CI size)
@@ -85,7 +85,6 @@ near_tie = 1e-3              # float32: a divergence is excused only where the t
 
 # %%
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -95,15 +94,13 @@ import torch
 from scipy import stats
 
 import specdec_core as sd
-from specdec_core import exactness as ex
-from specdec_core import mutants as mu
 from specdec_core.sampling import SamplingParams, process_logits
+from specdec_core.study import book
+from specdec_core.study import exactness as ex
+from specdec_core.study import mutants as mu
 from specdec_core.verify import overlap, speculative_sample
 
-sns.set_theme(style="whitegrid", context="notebook")
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-torch.set_num_threads(threads)
+ch = book.setup(out_dir, threads=threads)  # no model yet: the toy pair first, the embedded target in section 6
 t_start = time.perf_counter()
 toy = sd.toy_pair(vocab_size=vocab_size, seed=toy_seed, draft_noise=draft_noise)
 V = vocab_size
@@ -145,7 +142,7 @@ law_df.melt("token", var_name="law", value_name="probability").pipe(
     lambda d: sns.barplot(d, x="token", y="probability", hue="law", ax=ax))
 ax.set_title(f"one position of the toy pair: α = Σ min(p, q) = {alpha0:.3f}, TV(p, q) = {1 - alpha0:.3f}")
 fig.tight_layout()
-fig.savefig(out / "theory_laws.png", dpi=120)
+ch.savefig(fig, "theory_laws")
 
 # %% [markdown]
 # The rule is a pure function of (draft tokens, q, p), so we can call it directly many times on this one
@@ -189,9 +186,13 @@ t0 = time.perf_counter()
 rows, family_samples = ex.gof_family(toy, prompt, run_specs, settings, ks, n_family, seq_len, seed0=seed0,
                                      min_expected=min_expected, threads=threads)
 family = pd.DataFrame(rows)
-family.to_csv(out / "gof_family.csv", index=False)
+ch.save(family, "gof_family")
 print(f"{len(family)} runs × {n_family} continuations in {time.perf_counter() - t0:.0f} s")
 family[["spec", "setting", "k", "statistic", "df", "pvalue", "p_holm", "impossible", "tv_upper"]].round(4)
+
+# %% [markdown]
+# Every p-value of the family on one log axis, with Holm's first (strictest) threshold: a rejection would
+# sit left of the red line.
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.8))
@@ -203,7 +204,7 @@ ax.set_xlim(min(1e-4, alpha / len(family) / 2), 1.05)
 ax.set_title("sequence-level goodness of fit: p-values (a rejection would sit left of the line)")
 ax.legend(fontsize=8, loc="lower left")
 fig.tight_layout()
-fig.savefig(out / "gof_family_pvalues.png", dpi=120)
+ch.savefig(fig, "gof_family_pvalues")
 family_ok = bool((family.p_holm > alpha).all())
 print(f"family of {len(family)} tests: smallest p = {family.pvalue.min():.3g}, "
       f"smallest Holm-adjusted p = {family.p_holm.min():.3g} → {'no rejection' if family_ok else 'REJECTED'} at α = {alpha}")
@@ -216,7 +217,7 @@ assert family_ok, family[family.p_holm <= alpha]
 
 # %%
 acc = family[family.acceptance_z.notna()][["spec", "setting", "k", "acceptance", "predicted_alpha", "acceptance_z"]]
-acc.to_csv(out / "acceptance_vs_alpha.csv", index=False)
+ch.save(acc, "acceptance_vs_alpha")
 print(acc.round(4).to_string(index=False))
 z_crit = stats.norm.isf(alpha / 2 / max(len(acc), 1))
 assert (acc.acceptance_z.abs() < z_crit).all(), "measured acceptance disagrees with α = Σ min(p, q)"
@@ -230,6 +231,7 @@ assert (acc.acceptance_z.abs() < z_crit).all(), "measured acceptance disagrees w
 # it gives an upper confidence bound λ_up, and Cauchy–Schwarz gives TV(Q, p) ≤ ½·√(χ²(Q‖p)) ≤ ½·√(λ_up/N),
 # tight for the least favourable Q (p tilted up on half its mass, down on the other half). Pooled rare
 # cells add at most their p-mass, and mass outside p's support is bounded by Clopper–Pearson (95% overall).
+# The figure follows the bound as the pooled samples grow, against the margin ε.
 
 # %%
 exact_params = ex.setting_params(exact_setting)
@@ -258,8 +260,8 @@ ax.set(xscale="log", yscale="log", xlabel="N continuations", ylabel="TV upper bo
        title=f"equivalence: {exact_spec}, {exact_setting['name']}, n = {exact_len}")
 ax.legend(fontsize=8)
 fig.tight_layout()
-fig.savefig(out / "tv_bound.png", dpi=120)
-curve.to_csv(out / "tv_bound.csv", index=False)
+ch.savefig(fig, "tv_bound")
+ch.save(curve, "tv_bound")
 print("TV upper bounds of the family runs (n =", seq_len, ", N =", n_family, "):",
       family.tv_upper.round(3).describe()[["min", "max"]].to_dict())
 assert bound.tv_upper < epsilon, f"could not show TV < {epsilon} (bound {bound.tv_upper:.4f})"
@@ -268,7 +270,9 @@ assert bound.tv_upper < epsilon, f"could not show TV < {epsilon} (bound {bound.t
 # ## 4 · Power and calibration
 #
 # **Power.** Against the least favourable law at TV = ε the noncentrality is λ = 4ε²N, so the samples
-# needed for a given power follow from the noncentral χ²; the pooled degrees of freedom grow with N.
+# needed for a given power follow from the noncentral χ²; the pooled degrees of freedom grow with N. The
+# figure draws the power curves, marks the family's and the equivalence run's N, and checks one point by
+# simulation (the star).
 
 # %%
 power_rows = []
@@ -276,7 +280,7 @@ for name, law in [*laws.items(), (f"{exact_setting['name']}, n={exact_len}", exa
     for tv in power_tvs:
         power_rows.append(dict(law=name, tv=tv, N_needed=ex.samples_needed(tv, law, alpha, power_target, min_expected)))
 power_df = pd.DataFrame(power_rows)
-power_df.to_csv(out / "samples_needed.csv", index=False)
+ch.save(power_df, "samples_needed")
 print(f"samples for power {power_target} at α = {alpha} (least favourable direction):")
 print(power_df.pivot(index="law", columns="tv", values="N_needed").to_string())
 
@@ -306,7 +310,7 @@ ax.plot([N_chk], [sim_power], "k*", ms=12, label="simulated")
 ax.set(xscale="log", title=f"power of the level-{alpha} test against the least favourable law")
 ax.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
-fig.savefig(out / "power_curves.png", dpi=120)
+ch.savefig(fig, "power_curves")
 assert abs(sim_power - ana_power) < 0.1, "the noncentral χ² power disagrees with simulation"
 
 # %% [markdown]
@@ -316,7 +320,7 @@ assert abs(sim_power - ana_power) < 0.1, "the noncentral χ² power disagrees wi
 # rate at a nominal level falls inside the binomial 99% interval of that level. The p-values come from a
 # parametric bootstrap (X² ranked among 99 999 statistics simulated under the exact law, ties broken at
 # random), which is exact at any N; scipy's asymptotic χ² p-value is shown alongside: with many bins of
-# small expected count it is slightly liberal.
+# small expected count it is slightly liberal. The histograms show the p-values of each calibration source.
 
 # %%
 cal_rows, pv_sets = [], {}
@@ -337,7 +341,7 @@ for name, pv in pv_sets.items():
                              lo=lo_r / len(pv), hi=hi_r / len(pv), inside=bool(lo_r <= k_rej <= hi_r),
                              asymptotic="asymptotic" in name))
 cal = pd.DataFrame(cal_rows)
-cal.to_csv(out / "calibration.csv", index=False)
+ch.save(cal, "calibration")
 print(cal.drop(columns="asymptotic").round(4).to_string(index=False))
 shown = {k: v for k, v in pv_sets.items() if "asymptotic" not in k}
 fig, axes = plt.subplots(1, len(shown), figsize=(3.3 * len(shown), 3), sharey=False)
@@ -348,7 +352,7 @@ for ax, (name, pv) in zip(np.atleast_1d(axes), shown.items()):
     ax.set_xlabel("p-value")
 fig.suptitle("p-values under the exact law: uniform")
 fig.tight_layout()
-fig.savefig(out / "calibration_pvalues.png", dpi=120)
+ch.savefig(fig, "calibration_pvalues")
 calibrated = cal[~cal.asymptotic]
 assert calibration_sims >= 200 and len(exact_cells) >= 200, "calibration needs ≥ 200 runs"
 assert calibrated.inside.all(), calibrated[~calibrated.inside]
@@ -356,9 +360,9 @@ assert calibrated.inside.all(), calibrated[~calibrated.inside]
 # %% [markdown]
 # ## 5 · Negative controls: the test must catch real bugs
 #
-# `specdec_core.mutants` holds deliberately wrong variants with the signature of `speculative_sample`
-# (swapped into the linear loop by `mutants.use_rule`) and a drafter that samples from processed logits
-# but reports q from raw ones. Two bugs are harmless when written literally, and the table shows it:
+# `specdec_core.study.mutants` holds deliberately wrong variants with the signature of `speculative_sample`
+# (handed to the linear loop as its accept rule: `sd.generate(..., rule=mu.RULES[name])`) and a drafter that
+# samples from processed logits but reports q from raw ones. Two bugs are harmless when written literally, and the table shows it:
 #
 # - **no min(1, ·)**: u < p/q with u ∈ [0, 1) is the same event as u < min(1, p/q); the literal mutant
 #   consumes the same random numbers and gives *bit-identical* output. The cap matters where the ratio is
@@ -386,7 +390,7 @@ for name in mutants:
                           caught=g.pvalue < alpha, expected="pass" if harmless else "caught"))
 ctrl = pd.DataFrame(ctrl_rows)
 print(f"{len(mutants)} controls × {n_mutant} continuations in {time.perf_counter() - t0:.0f} s")
-ctrl.to_csv(out / "mutants.csv", index=False)
+ch.save(ctrl, "mutants")
 print(f"(Monte Carlo p-values bottom out near 1/{100_000}; the asymptotic χ² p-value shows how far past it a mutant is)")
 print(ctrl[["mutant", "bug", "setting", "statistic", "df", "impossible", "pvalue", "pvalue_asymptotic", "caught"]]
       .to_string(index=False))
@@ -411,7 +415,8 @@ assert not harmless.caught.any(), f"a harmless literal form was rejected: {list(
 # **Power at the CI size.** One caught run could be luck. Each lossy control is rerun `mutant_reps` times on
 # disjoint seeds at the CI size; the caught fraction estimates the power, with a Clopper–Pearson bound. The
 # pooled runs also estimate the mutant's divergence on the CI bins, from which the noncentral χ² gives an
-# analytic power (and a sample in a p = 0 cell rejects outright: `impossible rate`).
+# analytic power (and a sample in a p = 0 cell rejects outright: `impossible rate`). The figure shows how far
+# past α each control's single run above landed.
 
 # %%
 pw_rows = []
@@ -446,7 +451,7 @@ for name in (lossy.mutant if mutant_reps else []):
 power_mut = pd.DataFrame(pw_rows, columns=["mutant", "reps", "caught", "power", "power_lo95", "median_p",
                                            "chi2_divergence", "analytic_power", "impossible_rate",
                                            "analytic_power_with_impossible"])
-power_mut.to_csv(out / "mutant_power.csv", index=False)
+ch.save(power_mut, "mutant_power")
 if mutant_reps:
     print(f"{mutant_reps} repetitions per lossy control in {time.perf_counter() - t0:.0f} s")
     print(power_mut.round(4).to_string(index=False))
@@ -458,7 +463,7 @@ ax.set(xscale="symlog", xlabel="−log10 p (asymptotic χ²; 300 = a sample wher
        title=f"negative controls: one run of {n_mutant} continuations each")
 ax.legend(fontsize=8)
 fig.tight_layout()
-fig.savefig(out / "mutants.png", dpi=120)
+ch.savefig(fig, "mutants")
 assert (power_mut.caught == power_mut.reps).all(), power_mut[power_mut.caught < power_mut.reps]
 if mutant_reps >= 10:  # the full run: the analytic power at the CI size must reach the target too
     assert (power_mut.analytic_power_with_impossible >= power_target).all(), power_mut
@@ -473,6 +478,8 @@ if mutant_reps >= 10:  # the full run: the analytic power at the CI size must re
 #   path's first j tokens, the (j+1)-th token must follow p(· | prompt, path[:j]) (for j ≥ 1 it comes out
 #   of speculative sampling: an accepted draft, a residual draw or a bonus);
 # - **two-sample homogeneity**: speculative and autoregressive continuations must share one law.
+#
+# The figure sets the empirical next-token frequencies beside p for the five likeliest tokens at each position.
 
 # %%
 real = sd.load_pair(real_model)
@@ -515,14 +522,14 @@ for spec in real_run:
                           statistic=chi2_, df=dof, pvalue=pv))
 real_df = pd.DataFrame(real_rows)
 real_df["p_holm"] = ex.holm(real_df.pvalue)
-real_df.to_csv(out / "real_model.csv", index=False)
+ch.save(real_df, "real_model")
 print(real_df.round(4).to_string(index=False))
 if fit_plot:
     fp = pd.DataFrame(fit_plot)
     g_ = sns.catplot(fp.melt(["spec", "position", "token"], var_name="law", value_name="probability"), kind="bar",
                      x="token", y="probability", hue="law", col="position", row="spec", sharex=False, height=2.8, aspect=1.3)
     g_.set_xticklabels(rotation=30)
-    g_.savefig(out / "real_conditional_fit.png", dpi=110)
+    ch.savefig(g_, "real_conditional_fit", dpi=110)
 assert len(real_df) and (real_df.p_holm > alpha).all(), real_df[real_df.p_holm <= alpha]
 
 # %% [markdown]
@@ -554,7 +561,7 @@ for text in greedy_real_texts:
         greedy_rows.append(dict(model=f"{real_model} (float32)", spec=spec, k=4, prompt=text, equal=got == ref,
                                 divergence=i, gap=gap, excused=ex.excused(i, gap, near_tie)))
 greedy = pd.DataFrame(greedy_rows)
-greedy.to_csv(out / "greedy.csv", index=False)
+ch.save(greedy, "greedy")
 print(greedy.groupby(["model", "spec"]).equal.agg(["sum", "count"]).to_string())
 toy_ok = bool(greedy[greedy.model.str.startswith("toy")].equal.all())
 real_g = greedy[~greedy.model.str.startswith("toy")]
@@ -590,6 +597,6 @@ summary = dict(family_runs=len(family), family_min_p_holm=float(family.p_holm.mi
                calibration_inside=bool(calibrated.inside.all()), mutants_caught=int(lossy.caught.sum()), mutants=len(lossy),
                harmless_passed=int((~harmless.caught).sum()), real_checks=len(real_df),
                greedy_runs=len(greedy))
-pd.Series(summary).to_csv(out / "summary.csv", header=False)  # deterministic: no timings in the tables
+pd.Series(summary).to_csv(ch.out / "summary.csv", header=False)  # deterministic: no timings in the tables
 print(summary, f"({time.perf_counter() - t_start:.0f} s)")
 assert family_ok and bound.tv_upper < epsilon and calibrated.inside.all() and lossy.caught.all() and toy_ok and real_ok

@@ -40,29 +40,23 @@ device = "cpu"
 out_dir = "../build/book/03_linear"
 
 # %%
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from tqdm.auto import tqdm
 
 import specdec_core as sd
-from specdec_core import bench, theory
-from specdec_core import exactness as ex
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams, process_logits
+from specdec_core.study import bench, book, theory
+from specdec_core.study import exactness as ex
 
-sns.set_theme(style="whitegrid", context="notebook")
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-pair = sd.load_pair(model, draft=draft, device=device)
-prompts = sd.load_prompts(prompt_file, per_task=per_task)
-encoded = [(p, sd.prompts.encode(pair, p)) for p in prompts]
-drafters = {name: d for name, d in pair.drafters.items() if name in ("model", "ngram")}
-print(f"{len(prompts)} prompts; drafters: {sorted(drafters)}")
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file,
+                need=("model",))
+pair, encoded = ch.pair, ch.encoded
+drafters = {name: pair.drafters[name] for name in ("model", "ngram")}
+print(ch)
 
 # %% [markdown]
 # ## One step, by hand
@@ -95,12 +89,14 @@ pd.DataFrame(rows).round(4)
 # (1 − α^{K+1}) / (1 − α).
 #
 # ## Acceptance per task and temperature
+# Both drafters decode every prompt at K = `k_default`, greedy and sampled; the figure shows α per task,
+# pooled over the prompts' steps (accepted ÷ (accepted + rejections)).
 
 # %%
-records = []
+records, step_tables = [], []
 ar_tokens = {}
 for temp in temperatures:
-    for p_, ids in tqdm(encoded, desc=f"T={temp}"):
+    for p_, ids in book.progress(encoded, desc=f"T={temp}"):
         if temp == 0:
             ar_tokens[p_.id] = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens).tokens
         for name, d in drafters.items():
@@ -110,8 +106,9 @@ for temp in temperatures:
             records.append(dict(id=p_.id, task=p_.task, drafter=name, temperature=temp, tokens=r.tokens,
                                 alpha=s["alpha"], alpha_tv=s["alpha_tv"], tau=s["tau"],
                                 accepted_lengths=s["accepted_lengths"], proposed=s["proposed"]))
+            step_tables.append(bench.step_table(s, id=p_.id, task=p_.task, drafter=name, temperature=temp))
 acc = pd.DataFrame(records)
-acc.drop(columns=["tokens", "accepted_lengths", "proposed"]).to_csv(out / "acceptance_runs.csv", index=False)
+ch.save(acc.drop(columns=["tokens", "accepted_lengths", "proposed"]), "acceptance_runs")
 
 
 def pooled_alpha(g):
@@ -120,14 +117,13 @@ def pooled_alpha(g):
 
 
 table = acc.groupby(["drafter", "temperature", "task"]).apply(pooled_alpha, include_groups=False).reset_index()
-table.to_csv(out / "alpha_by_task.csv", index=False)
+ch.save(table, "alpha_by_task")
 fig, ax = plt.subplots(figsize=(9, 3.8))
 sns.barplot(data=table, x="task", y="alpha", hue=table.drafter + ", T=" + table.temperature.astype(str), ax=ax)
 ax.set(ylim=(0, 1), ylabel="α (accepted / (accepted + rejections))", title=f"acceptance by task, K={k_default}")
 ax.legend(fontsize=8)
 plt.xticks(rotation=20)
-fig.tight_layout()
-fig.savefig(out / "alpha_by_task.png", dpi=120)
+ch.savefig(fig, "alpha_by_task")
 table.pivot_table(index="task", columns=["drafter", "temperature"], values="alpha").round(3)
 
 # %% [markdown]
@@ -152,20 +148,17 @@ assert all(ex.excused(d["token"], d["top2_gap"]) for d in diverged), "a greedy d
 # ## Acceptance by draft position
 # Position i is reached only if positions 1…i−1 were accepted. The conditional rate P(accept i | reached i)
 # would be flat if acceptances were i.i.d., as the theory assumes; the cumulative rate decays geometrically.
+# `bench.acceptance_by_position` counts both from the steps; the figure plots the conditional rate.
 
 # %%
-pos_rows = []
-for rec in acc.itertuples():
-    for n, kk in zip(rec.accepted_lengths, rec.proposed):
-        for i in range(min(n + 1, kk)):
-            pos_rows.append(dict(drafter=rec.drafter, temperature=rec.temperature, position=i + 1, accepted=i < n))
-pos = pd.DataFrame(pos_rows)
-by_pos = pos.groupby(["drafter", "temperature", "position"]).accepted.mean().rename("P(accept | reached)").reset_index()
-by_pos.to_csv(out / "acceptance_by_position.csv", index=False)
+steps = pd.concat(step_tables, ignore_index=True)
+by_pos = bench.acceptance_by_position(steps, by=["drafter", "temperature"])
+by_pos = by_pos[by_pos.reached > 0].rename(columns={"conditional": "P(accept | reached)"})
+ch.save(by_pos, "acceptance_by_position")
 g = sns.relplot(data=by_pos, x="position", y="P(accept | reached)", hue="drafter", style="temperature",
                 kind="line", marker="o", height=3.5, aspect=1.6)
 g.set(ylim=(0, 1), title="acceptance by draft position")
-g.savefig(out / "acceptance_by_position.png", dpi=120)
+ch.savefig(g, "acceptance_by_position")
 
 # %% [markdown]
 # ## What a pass costs: c and the verify pass
@@ -173,11 +166,10 @@ g.savefig(out / "acceptance_by_position.png", dpi=120)
 # draft pass. Theorem 3.8 assumes the verify pass costs one ordinary pass; we measure how true that is.
 
 # %%
-model_drafter = pair.drafters.get("model")
-costs = bench.pass_costs(pair.target, model_drafter.model if model_drafter else None, bench.median_length(encoded),
+model_drafter = pair.drafters["model"]
+costs = bench.pass_costs(pair.target, model_drafter.model, bench.median_length(encoded),
                          ks=tuple(ks), repeats=max(5, 5 * repeats), decoded=max_new_tokens // 2)
-cost_df = pd.DataFrame({"K": ks, "verify_ratio": [costs["verify_ratio"][k] for k in ks]})
-cost_df.to_csv(out / "pass_costs.csv", index=False)
+cost_df = ch.save(pd.DataFrame({"K": ks, "verify_ratio": [costs["verify_ratio"][k] for k in ks]}), "pass_costs")
 print(f"c = draft pass / target pass = {costs['c']:.3f}")
 print({k: round(v, 2) for k, v in costs["ms"].items()}, "ms (medians)")
 cost_df.round(3)
@@ -187,44 +179,40 @@ cost_df.round(3)
 # For each K, linear SD and the autoregressive baseline decode the same prompts, interleaved, greedy.
 # The prediction uses c and the verify cost measured above and, for each call, that call's own α̂:
 # speedup = (1 − α^{K+1}) / ((1 − α)(K c + t_verify(K+1)/t(1))), compared with the decode loops' speed
-# ratio (the theorem does not model the prefill); the points with error bars include the prefill.
+# ratio (the theorem does not model the prefill). The figure sets the measured speedups (points with error
+# bars include the prefill; crosses are the decode loops alone) against both predictions.
 
 # %%
-if model_drafter is not None:
-    runners = {"autoregressive": bench.generate_runner(pair.target, max_new_tokens)}
-    for k in ks:
-        runners[f"linear K={k}"] = bench.generate_runner(pair.target, max_new_tokens, method="linear",
-                                                         drafter=model_drafter, k=k)
-    timing = bench.run_interleaved(runners, [(dict(id=p_.id, task=p_.task), e) for p_, e in encoded],
-                                   repeats=repeats)
-    timing.to_csv(out / "speedup_vs_k_runs.csv", index=False)
-    ratios = bench.paired_ratios(timing, baseline="autoregressive")
-    ratios["K"] = ratios.runner.str.extract(r"K=(\d+)").astype(int)
-    checks = {k: bench.theory_check(timing, f"linear K={k}", "autoregressive", k, costs["c"],
-                                    costs["verify_ratio"][k]) for k in ratios.K}  # (per-call rows, summary)
-    ratios["alpha_hat"] = [checks[k][1]["alpha_pooled"] for k in ratios.K]
-    ratios["measured_decode"] = [checks[k][1]["measured_median"] for k in ratios.K]
-    ratios["predicted"] = [checks[k][1]["predicted_median"] for k in ratios.K]
-    ratios["predicted_thm38"] = [float(np.median(theory.speedup(checks[k][0].alpha_hat, k, costs["c"])))
-                                 for k in ratios.K]  # the same calls, a verify pass costing one pass
-    ratios["rel_error"] = (ratios.measured_decode - ratios.predicted).abs() / ratios.predicted
-    ratios.to_csv(out / "speedup_vs_k.csv", index=False)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.errorbar(ratios.K, ratios["median"], yerr=[ratios["median"] - ratios.q25, ratios.q75 - ratios["median"]],
-                fmt="o", label="measured (median, IQR)")
-    ax.plot(ratios.K, ratios.measured_decode, "x", color="C0", label="measured, decode loop only")
-    ax.plot(ratios.K, ratios.predicted, "s--", label="theory, measured verify cost")
-    ax.plot(ratios.K, ratios.predicted_thm38, ":", label="Theorem 3.8 (verify = 1 pass)")
-    ax.axhline(1, color="grey", lw=1)
-    ax.set(xlabel="K (draft length)", ylabel="speedup over autoregressive", title="linear SD, greedy")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "speedup_vs_k.png", dpi=120)
-    best = ratios.loc[ratios["median"].idxmax()]
-    print(f"best K on this machine: {int(best.K)} ({best['median']:.2f}× median, α̂={best.alpha_hat:.3f})")
-    display(ratios.round(3))
-else:
-    print("no draft model: run `make models` (or pass draft=...) for the speedup study")
+runners = {"autoregressive": bench.generate_runner(pair.target, max_new_tokens)}
+for k in ks:
+    runners[f"linear K={k}"] = bench.generate_runner(pair.target, max_new_tokens, method="linear",
+                                                     drafter=model_drafter, k=k)
+timing = bench.run_interleaved(runners, ch.bench_prompts, repeats=repeats)
+ch.save(timing, "speedup_vs_k_runs")
+ratios = bench.paired_ratios(timing, baseline="autoregressive")
+ratios["K"] = ratios.runner.str.extract(r"K=(\d+)").astype(int)
+checks = {k: bench.theory_check(timing, f"linear K={k}", "autoregressive", k, costs["c"],
+                                costs["verify_ratio"][k]) for k in ratios.K}  # (per-call rows, summary)
+ratios["alpha_hat"] = [checks[k][1]["alpha_pooled"] for k in ratios.K]
+ratios["measured_decode"] = [checks[k][1]["measured_median"] for k in ratios.K]
+ratios["predicted"] = [checks[k][1]["predicted_median"] for k in ratios.K]
+ratios["predicted_thm38"] = [float(np.median(theory.speedup(checks[k][0].alpha_hat, k, costs["c"])))
+                             for k in ratios.K]  # the same calls, a verify pass costing one pass
+ratios["rel_error"] = (ratios.measured_decode - ratios.predicted).abs() / ratios.predicted
+ch.save(ratios, "speedup_vs_k")
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.errorbar(ratios.K, ratios["median"], yerr=[ratios["median"] - ratios.q25, ratios.q75 - ratios["median"]],
+            fmt="o", label="measured (median, IQR)")
+ax.plot(ratios.K, ratios.measured_decode, "x", color="C0", label="measured, decode loop only")
+ax.plot(ratios.K, ratios.predicted, "s--", label="theory, measured verify cost")
+ax.plot(ratios.K, ratios.predicted_thm38, ":", label="Theorem 3.8 (verify = 1 pass)")
+ax.axhline(1, color="grey", lw=1)
+ax.set(xlabel="K (draft length)", ylabel="speedup over autoregressive", title="linear SD, greedy")
+ax.legend()
+ch.savefig(fig, "speedup_vs_k")
+best = ratios.loc[ratios["median"].idxmax()]
+print(f"best K on this machine: {int(best.K)} ({best['median']:.2f}× median, α̂={best.alpha_hat:.3f})")
+display(ratios.round(3))
 
 # %% [markdown]
 # ## Summary

@@ -43,8 +43,6 @@
 # %% tags=["parameters"]
 model = "smollm2-135m"     # embedded name, Hugging Face id or path
 draft = None               # optional Hugging Face id/path of a draft; default: the shipped draft model
-standin_noise = 0.1        # no draft at all: stand in with a noisy copy of the target (clearly labelled;
-                           # as costly as the target, so its speed figures mean nothing)
 per_task = 2               # prompts per task from the evaluation mix
 tasks = None               # None: all six tasks; or a list, e.g. ["qa", "summarization"]
 prompt_file = None         # None: the shipped mix; or a Spec-Bench question.jsonl
@@ -63,104 +61,51 @@ device = "cpu"
 out_dir = "../build/book/04_tree"  # figures and CSVs land here
 
 # %%
-import copy
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from scipy.optimize import isotonic_regression
-from tqdm.auto import tqdm
 
 import specdec_core as sd
-from specdec_core import bench
-from specdec_core import exactness as ex
 from specdec_core import tree as T
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams
+from specdec_core.study import bench, book
+from specdec_core.study import exactness as ex
+from specdec_core.study import profiling as pf
+from specdec_core.study import treesearch as ts
+from specdec_core.verify import greedy_tree_accept
 
-sns.set_theme(style="whitegrid", context="notebook")
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-if device == "cpu" and threads:
-    torch.set_num_threads(threads)
-pair = sd.load_pair(model, draft=draft, device=device)
-prompts = sd.load_prompts(prompt_file, tasks=tasks, per_task=per_task)
-encoded = [(p, sd.prompts.encode(pair, p)) for p in prompts]
-drafter = pair.drafters.get("model")
-if drafter is None:
-    stand_in, g = copy.deepcopy(pair.target), torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, w in stand_in.named_parameters():
-            if ".layers." in name:
-                w.add_(standin_noise * w.std() * torch.randn(w.shape, generator=g))
-    drafter = sd.ModelDrafter(stand_in)
-    draft_name = f"STAND-IN: the target plus {standin_noise}σ noise (no trained draft found; run `make models`)"
-else:
-    draft_name = "the shipped draft model" if draft is None else f"{draft}"
+ch = book.setup(out_dir, model, draft=draft, device=device, threads=threads, per_task=per_task, tasks=tasks,
+                prompt_file=prompt_file, need=("model",))
+pair, encoded, drafter = ch.pair, ch.encoded, ch.drafters["model"]
 drafter.bind(pair.target)
-print(f"{len(prompts)} prompts, {torch.get_num_threads()} thread(s); draft: {draft_name}")
-
-
-def save(df, name):
-    df.to_csv(out / f"{name}.csv", index=False)
-    return df
-
+print(ch, "| draft:", "the shipped draft model" if draft is None else draft)
 
 # %% [markdown]
 # ## Trees as data
 # A static tree is a list of index paths; each index is a rank among the parent's children (0 = the
 # draft's first choice). `Tree` converts the paths once into parents, depths (the position offsets), the
 # ancestor mask and the retrieve paths. The library's default tree for depth k is the first-choice chain
-# plus the second choice at every depth, the third at the root, and one grandchild of the second:
+# plus the second choice at every depth, the third at the root, and one grandchild of the second. The
+# figure draws it beside its attention mask:
 
 # %%
-def draw_tree(ax, tree, labels=None, path=(), title=""):
-    """Nodes at (depth, row); leaves get consecutive rows, a parent sits at the mean of its children."""
-    y = {}
-
-    def place(i, nxt=[0]):
-        kids = tree.children[i]
-        for c in kids:
-            place(c)
-        if kids:
-            y[i] = np.mean([y[c] for c in kids])
-        else:
-            y[i] = nxt[0]
-            nxt[0] += 1
-
-    place(0)
-    on_path = {0, *path}
-    for i in range(1, tree.n + 1):
-        par = int(tree.parents[i])
-        ax.plot([tree.depths[par], tree.depths[i]], [y[par], y[i]],
-                color="C3" if i in on_path else "0.6", lw=2.5 if i in on_path else 1, zorder=1)
-    for i in range(tree.n + 1):
-        label = "root" if i == 0 else (labels[i - 1] if labels else str(tree.paths[i - 1][-1]))
-        ax.annotate(label, (float(tree.depths[i]), y[i]), ha="center", va="center", fontsize=8,
-                    bbox=dict(boxstyle="round", fc="C3" if i in on_path else "w", alpha=0.25 if i in on_path else 1,
-                              ec="0.4"))
-    ax.set(xlim=(-0.5, tree.depth + 0.5), ylim=(max(y.values()) + 0.8, -0.8), xlabel="depth", yticks=[],
-           title=title)
-    ax.grid(False)
-
-
 shape = T.default_tree(depth)
 print(shape, "paths:", shape.paths)
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw=dict(width_ratios=[1, 1.1]))
-draw_tree(axes[0], shape, title=f"default tree, depth {depth}: node label = rank among siblings")
+book.draw_tree(axes[0], shape, title=f"default tree, depth {depth}: node label = rank among siblings")
 names = ["root"] + ["".join(map(str, p)) for p in shape.paths]
 sns.heatmap(pd.DataFrame(shape.mask.int().numpy(), index=names, columns=names), cbar=False, square=True,
             linewidths=0.5, linecolor="0.85", cmap="Blues", ax=axes[1])
 axes[1].set(title="attention mask: row attends to column (and to the whole prefix)", xlabel="key node",
             ylabel="query node (path)")
 fig.tight_layout()
-fig.savefig(out / "tree_and_mask.png", dpi=120)
-save(pd.DataFrame({"node": range(shape.n + 1), "path": ["()"] + [str(p) for p in shape.paths],
-                   "parent": shape.parents.tolist(), "depth (position offset)": shape.depths.tolist()}),
-     "default_tree")
+ch.savefig(fig, "tree_and_mask")
+ch.save(pd.DataFrame({"node": range(shape.n + 1), "path": ["()"] + [str(p) for p in shape.paths],
+                      "parent": shape.parents.tolist(), "depth (position offset)": shape.depths.tolist()}),
+        "default_tree")
 
 # %% [markdown]
 # ## One step, by hand
@@ -178,16 +123,16 @@ d = drafter.propose_tree(ids.tolist() + [tok], shape, depth, greedy, None)  # 1.
 L = lm.length
 logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + d.tree.depths,
                     mask=d.tree.bias(L, lm.dtype, lm.device))                # 2. verify: [N+1, V]
-path, new = T.greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))       # 3. accept
+path, new = greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))         # 3. accept
 ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
-T.keep_slots(lm.cache, [L + i for i in path], start=L + 1)                  # 4. commit
+lm.cache.keep([L + i for i in path], start=L + 1)                           # 4. commit
 assert [l.keys.data_ptr() for l in lm.cache.layers] == ptrs and lm.length == L + 1 + len(path)
 show = (lambda t: repr(pair.tokenizer.decode([t]))) if pair.tokenizer else str
 fig, ax = plt.subplots(figsize=(10, 4.5))
-draw_tree(ax, d.tree, labels=[show(t) for t in d.tokens.tolist()], path=path,
-          title=f"drafted tree after {show(tok)}: accepted path in red")
+book.draw_tree(ax, d.tree, labels=[show(t) for t in d.tokens.tolist()], path=path,
+               title=f"drafted tree after {show(tok)}: accepted path in red")
 fig.tight_layout()
-fig.savefig(out / "one_step.png", dpi=120)
+ch.savefig(fig, "one_step")
 chain_len = next((i for i, r in enumerate(d.tree.paths[c - 1][-1] for c in path) if r), len(path))
 print(f"accepted {len(path)} nodes along ranks {d.tree.paths[path[-1] - 1] if path else ()}, then the target's "
       f"token: emits {[show(t) for t in new.tolist()]}; a chain would have kept {chain_len}")
@@ -201,7 +146,7 @@ print(f"accepted {len(path)} nodes along ranks {d.tree.paths[path[-1] - 1] if pa
 
 # %%
 ar_tokens, div = {}, []
-for p_, ids in tqdm(encoded, desc="greedy exactness"):
+for p_, ids in book.progress(encoded, desc="greedy exactness"):
     ar_tokens[p_.id] = ar = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens).tokens
     tr = sd.generate(pair.target, ids, drafter=drafter, method="tree", k=depth, max_new_tokens=max_new_tokens).tokens
     i, gap = ex.first_divergence(pair.target, ids, tr, ar)
@@ -217,45 +162,33 @@ pd.DataFrame(div)
 # prompt and its greedy continuation and record, for every generated token, its **rank** in the draft's
 # logits (0 = the draft's top choice). A chain accepts only runs of rank 0; a tree with a rank-1 child at
 # some depth also survives a rank-1 token there. The ranks fix every greedy step of *any* static tree on
-# these texts, without running the model: `tree.replay_greedy` replays the steps (each starts after the
-# previous step's accepted tokens and the target's own), and `tests/test_tree.py` checks that the replay
-# equals the accepted lengths that decoding records.
+# these texts, without running the model: `treesearch.replay_greedy` replays the steps (each starts after
+# the previous step's accepted tokens and the target's own), and `tests/test_tree.py` checks that the replay
+# equals the accepted lengths that decoding records. The figure is the rank profile of all the texts.
 
 # %%
-ranks = {}
-for p_, ids in encoded:
-    toks = torch.tensor(ar_tokens[p_.id], dtype=torch.long)
-    dl = CachedLM(drafter.model, ids.numel() + toks.numel())
-    lg = dl.forward(torch.cat([ids, toks]))[ids.numel() - 1: -1].double()   # row j predicts token j
-    ranks[p_.id] = (lg > lg.gather(1, toks[:, None])).sum(1).tolist()
+ranks = {p_.id: ts.draft_ranks(drafter.model, ids, ar_tokens[p_.id]) for p_, ids in encoded}
 all_ranks = np.concatenate([r[1:] for r in ranks.values()])  # token 0 comes from the prefill
 profile = pd.DataFrame({"rank": [str(r) for r in range(top_ranks)] + [f"≥{top_ranks}"],
                         "P": [np.mean(all_ranks == r) for r in range(top_ranks)] + [np.mean(all_ranks >= top_ranks)]})
-save(profile, "rank_profile")
+ch.save(profile, "rank_profile")
 fig, ax = plt.subplots(figsize=(7, 3.2))
 sns.barplot(data=profile, x="rank", y="P", color="C0", ax=ax)
 ax.set(ylabel="P(target token has this draft rank)", title=f"rank profile ({len(all_ranks)} tokens)")
 fig.tight_layout()
-fig.savefig(out / "rank_profile.png", dpi=120)
+ch.savefig(fig, "rank_profile")
 print(f"rank 0 (a chain's acceptance rate): {profile.P[0]:.3f}; ranks 1-3 together: {profile.P[1:4].sum():.3f}")
-
-
-def replay(tree):
-    """(mean accepted draft tokens per step, steps) of greedy tree decoding on every text, from the ranks.
-    Each text's last step is left out of the mean: it may accept drafts past an EOS, which the text lacks."""
-    steps = [T.replay_greedy(tree, r) for r in ranks.values()]
-    return float(np.mean([a for st in steps for a in st[:-1]])), sum(map(len, steps))
-
 
 # %% [markdown]
 # ## Accepted length and pass cost versus tree size and shape
 # Shape families at depth k: the chain (linear SD); the spine with side leaves (ranks 1..s at every
 # depth); a wide root (b chains); the default tree; and, for each node budget n, the tree that maximizes
 # the expected accepted length under the rank profile — **Sequoia's positional model**, in which the
-# child of rank r is the accepted one with probability P(rank r) (`tree.optimal_tree`, depth ≤ `max_depth`).
-# Every static shape's accepted length comes from the replay; a subset is decoded to check it, together
-# with dynamic trees, whose shape follows the draft's probabilities at every step (`tree.Dynamic`,
-# EAGLE-2 style) and so can only be measured.
+# child of rank r is the accepted one with probability P(rank r) (`treesearch.optimal_tree`, depth ≤
+# `max_depth`). Every static shape's accepted length comes from the replay (`treesearch.replayed_accept`,
+# each text's last step left out: it may accept drafts past an EOS, which the text lacks); a subset is
+# decoded to check it, together with dynamic trees, whose shape follows the draft's probabilities at every
+# step (`tree.Dynamic`, EAGLE-2 style) and so can only be measured.
 
 # %%
 rank_p = [float(np.mean(all_ranks == r)) for r in range(max(sizes))]
@@ -264,7 +197,7 @@ shapes.update({f"spine+{s} sides": ("spine+sides", T.Tree.of([(0,) * (d_ - 1) + 
                                                            for r in range(s + 1)])) for s in (1, 2)})
 shapes.update({f"wide root b={b}": ("wide root", T.Tree.from_branching([b] + [1] * (depth - 1))) for b in (2, 3)})
 shapes["default"] = ("default", T.default_tree(depth))
-shapes.update({f"optimal n={n}": ("optimal", T.optimal_tree(rank_p, n, max_depth)) for n in sizes})
+shapes.update({f"optimal n={n}": ("optimal", ts.optimal_tree(rank_p, n, max_depth)) for n in sizes})
 shapes.update({f"dynamic n={n}": ("dynamic", T.Dynamic(budget=n, width=max(2, n // depth), topk=max(2, n // depth)))
                for n in dynamic_sizes})
 decoded = [f"chain k={depth}", "default"] + [f"optimal n={n}" for n in sizes] + [f"dynamic n={n}" for n in dynamic_sizes]
@@ -272,61 +205,42 @@ decoded = [f"chain k={depth}", "default"] + [f"optimal n={n}" for n in sizes] + 
 rows = []
 for name, (family, sh) in shapes.items():
     static = isinstance(sh, T.Tree)
-    acc, steps = replay(sh) if static else (np.nan, np.nan)
+    acc, steps = ts.replayed_accept(sh, ranks.values()) if static else (np.nan, np.nan)
     rows.append(dict(shape=name, family=family, nodes=float(sh.n if static else T.tree_size(sh, depth)),
                      depth=sh.depth if static else depth, widths=str(sh.widths) if static else "dynamic",
                      predicted_accept=acc, predicted_steps=steps))
 shape_df = pd.DataFrame(rows).set_index("shape")
 runs = []
-for name in tqdm(decoded, desc="decode per shape"):
+for name in book.progress(decoded, desc="decode per shape"):
     sh = shapes[name][1]
     k_ = sh.depth if isinstance(sh, T.Tree) else depth
     for p_, ids in encoded:
         s = sd.generate(pair.target, ids, drafter=drafter, method="tree", k=k_, tree=sh,
                         max_new_tokens=max_new_tokens).stats
-        runs += [dict(shape=name, id=p_.id, task=p_.task, step=i, last=i == len(s["accepted_lengths"]) - 1,
-                      accepted=a, nodes=n_) for i, (a, n_) in enumerate(zip(s["accepted_lengths"], s["nodes_per_pass"]))]
-runs = save(pd.DataFrame(runs), "decode_per_shape")
+        runs.append(bench.step_table(s, shape=name, id=p_.id, task=p_.task).rename(columns={"drafted": "nodes"}))
+runs = ch.save(pd.concat(runs, ignore_index=True), "decode_per_shape")
 meas = runs[~runs["last"]].groupby("shape").agg(measured_accept=("accepted", "mean"), measured_nodes=("nodes", "mean"))
 meas["measured_steps"] = runs.groupby("shape").size()
 shape_df = shape_df.join(meas)
 dyn = shape_df.family == "dynamic"
 shape_df.loc[dyn, "nodes"] = shape_df.measured_nodes[dyn]  # dynamic trees: the mean size actually drafted
-save(shape_df.reset_index(), "accept_vs_shape")
+ch.save(shape_df.reset_index(), "accept_vs_shape")
 shape_df.drop(columns="measured_nodes").round(3)
 
 # %% [markdown]
-# Pass costs, timed side by side (`bench.time_passes`, interleaved rounds): a target pass over
+# Pass costs, timed side by side (`treesearch.pass_cost_curves`, interleaved rounds): a target pass over
 # T = N + 1 tokens after the first prompt, and a draft pass over F nodes. The mask does not change the
 # arithmetic of a pass, only which scores are kept, so plain passes of the same sizes stand in for them.
 # A pass cannot get cheaper with more tokens, so the medians are smoothed by isotonic (non-decreasing)
-# regression before they enter the cost model.
+# regression before they enter the cost model. The figure puts acceptance against tree size (left) beside
+# what a pass costs (right).
 
 # %%
-ctx = encoded[0][1]
-t_lm, d_lm = CachedLM(pair.target, ctx.numel() + 80), CachedLM(drafter.model, ctx.numel() + 80)
-t_lm.forward(ctx)
-d_lm.forward(ctx)
-
-
-def timed(lm_, n):
-    def f():
-        lm_.forward(torch.ones(n, dtype=torch.long))
-        lm_.cache.rollback(n)
-    return f
-
-
 static_nodes = {int(shape_df.nodes[s]) for s in shape_df.index[~dyn]}
 verify_T = sorted({1} | {n + 1 for n in static_nodes} | {int(round(n)) + 1 for n in shape_df.nodes[dyn]})
 draft_F = sorted({1, 2, 3, 4, 6, 8, 12, 16} | {max(2, n // depth) for n in dynamic_sizes})
-fns = {("target", n): timed(t_lm, n) for n in verify_T}
-fns.update({("draft", n): timed(d_lm, n) for n in draft_F})
-cost = bench.time_passes(fns, repeats=cost_repeats)
-cost[["model", "tokens"]] = pd.DataFrame(cost["pass"].tolist(), index=cost.index)
-cost = cost.drop(columns="pass").groupby(["model", "tokens"]).ms.agg(
-    median="median", q25=lambda x: x.quantile(0.25), q75=lambda x: x.quantile(0.75)).reset_index()
-cost["fitted"] = cost.groupby("model")["median"].transform(lambda m: isotonic_regression(m.values).x)
-save(cost, "pass_costs")
+cost = ch.save(ts.pass_cost_curves(pair.target, drafter.model, encoded[0][1].numel(), verify_T, draft_F,
+                                   repeats=cost_repeats), "pass_costs")
 tc, dc = (cost[cost.model == m].set_index("tokens") for m in ("target", "draft"))
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 sns.lineplot(data=shape_df.reset_index().melt(id_vars=["shape", "family", "nodes"], value_vars=["predicted_accept",
@@ -340,7 +254,7 @@ axes[1].set(xlabel="tokens in the pass (N + 1 for a verify pass)", ylabel="ms (m
             title="what a pass costs")
 axes[1].legend()
 fig.tight_layout()
-fig.savefig(out / "accept_and_cost_vs_size.png", dpi=120)
+ch.savefig(fig, "accept_and_cost_vs_size")
 print("target pass ms (fitted) by tokens:", tc.fitted.round(1).to_dict())
 
 # %% [markdown]
@@ -351,23 +265,15 @@ print("target pass ms (fitted) by tokens:", tc.fitted.round(1).to_dict())
 #
 #   tokens/s ≈ Σ_steps (accepted + 1) / (steps · (Σ_depths t_draft(width) + t_target(N + 1))),
 #
-# and the chains are in the same search, so the best linear K is chosen by the same rule. We pick the best
-# tree and the best chain, then **measure**: linear at depth k and at its best K, the default tree and the
-# best tree decode the same prompts, interleaved, in one run.
+# and the chains are in the same search, so the best linear K is chosen by the same rule
+# (`treesearch.predicted_throughput`; a step's cost is `treesearch.step_ms`). The figure plots every static
+# shape's predicted tokens/s against its size.
 
 # %%
-def step_ms(sh):
-    widths = [1] + sh.widths[:-1]  # the root pass, then every depth that has children to draft
-    return (sum(np.interp(w, dc.index, dc.fitted) for w in widths)
-            + np.interp(sh.n + 1, tc.index, tc.fitted))
-
-
 static = shape_df[~dyn].copy()
-static["step_ms"] = [step_ms(shapes[s][1]) for s in static.index]
-static["predicted_tokens_per_s"] = 1e3 * (static.predicted_accept + 1) / static.step_ms
-save(static.reset_index(), "predicted_throughput")
-branching = [max(shapes[s][1].widths) > 1 for s in static.index]  # a tree, not a chain in disguise
-best_tree = static[branching].predicted_tokens_per_s.idxmax()
+static = static.join(ts.predicted_throughput({s: shapes[s][1] for s in static.index}, static.predicted_accept, cost))
+ch.save(static.reset_index(), "predicted_throughput")
+best_tree = static[static.branching].predicted_tokens_per_s.idxmax()  # a tree, not a chain in disguise
 best_chain = static[static.family == "chain"].predicted_tokens_per_s.idxmax()
 fig, ax = plt.subplots(figsize=(8, 4))
 sns.scatterplot(data=static.reset_index(), x="nodes", y="predicted_tokens_per_s", hue="family", style="family",
@@ -376,18 +282,18 @@ for s in (best_tree, best_chain):
     ax.annotate(s, (static.nodes[s], static.predicted_tokens_per_s[s]), textcoords="offset points", xytext=(5, 5))
 ax.set(xlabel="nodes per tree (N)", ylabel="predicted tokens/s", title="hardware-aware choice (prediction)")
 fig.tight_layout()
-fig.savefig(out / "predicted_throughput.png", dpi=120)
+ch.savefig(fig, "predicted_throughput")
 print(f"best tree: {best_tree} {shapes[best_tree][1]}; best chain: {best_chain}")
 static.sort_values("predicted_tokens_per_s", ascending=False).head(8).round(2)
 
+# %% [markdown]
+# Then we **measure**: linear at depth k and at the best chain's K, the default tree and the best tree decode
+# the same prompts, interleaved, in one run (`bench.decode_runner`). The figure shows every call's tokens/s
+# per runner, coloured by task; the ratios are paired against linear SD at its best K.
+
 # %%
 def runner(method, sh, k_):
-    def run(ids):
-        s = sd.generate(pair.target, ids, drafter=drafter, method=method, k=k_, tree=sh,
-                        max_new_tokens=max_new_tokens).stats
-        return {"tokens": [0] * s["new_tokens"], "tau": s["tau"], "accepted": float(np.mean(s["accepted_lengths"])),
-                "nodes": float(np.mean(s.get("nodes_per_pass", s["proposed"])))}
-    return run
+    return bench.decode_runner(pair.target, max_new_tokens, method=method, drafter=drafter, k=k_, tree=sh)
 
 
 k_best = shapes[best_chain][1].depth
@@ -399,22 +305,21 @@ best_sh = shapes[best_tree][1]
 if best_tree != "default":
     runners[f"tree {best_tree}"] = runner("tree", best_sh, best_sh.depth)
 best_run = f"tree {best_tree}" if best_tree != "default" else "tree default"
-timing = bench.run_interleaved(runners, [(dict(id=p_.id, task=p_.task), e) for p_, e in encoded], repeats=repeats)
-save(timing, "speed_runs")
+timing = ch.save(bench.run_interleaved(runners, ch.bench_prompts, repeats=repeats), "speed_runs")
 base = f"linear K={k_best}"
 ratios = bench.paired_ratios(timing, baseline=base)
 tau = timing.groupby("runner").tau.mean()
 ratios["tau_ratio"] = ratios.runner.map(tau / tau[base])
-save(ratios, "speed_ratios")
+ch.save(ratios, "speed_ratios")
 fig, ax = plt.subplots(figsize=(9, 3.8))
 sns.boxplot(data=timing, y="runner", x="tokens_per_s", color="0.9", ax=ax)
 sns.stripplot(data=timing, y="runner", x="tokens_per_s", hue="task", ax=ax, size=4)
 ax.set(title=f"greedy tokens/s, {len(encoded)} prompts × {repeats} interleaved repeats", ylabel="")
 ax.legend(fontsize=7, loc="lower right")
 fig.tight_layout()
-fig.savefig(out / "tokens_per_s.png", dpi=120)
+ch.savefig(fig, "tokens_per_s")
 summary = timing.groupby("runner").agg(tokens_per_s=("tokens_per_s", "median"), tau=("tau", "mean"),
-                                       accepted=("accepted", "mean"), nodes=("nodes", "mean"))
+                                       accepted=("accepted_per_step", "mean"), nodes=("drafted_per_step", "mean"))
 print(f"paired tokens/s ratios against {base} (median, IQR):")
 display(ratios.round(3))
 summary.round(3)
@@ -427,34 +332,28 @@ summary.round(3)
 # and the rest is forgotten by moving the length. No buffer is ever reallocated.
 
 # %%
-def kv_bytes_per_slot(m):
-    c = m.config.get_text_config()
-    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    return 2 * c.num_hidden_layers * kv * hd * next(m.parameters()).element_size()
+bt, bd = pf.kv_bytes_per_slot(pair.target), pf.kv_bytes_per_slot(drafter.model)
+mem = ch.save(pd.DataFrame([dict(shape=s, nodes=int(shape_df.nodes[s]),
+                                 target_headroom_kb=(shape_df.nodes[s] + 1) * bt / 1e3,
+                                 draft_headroom_kb=shape_df.nodes[s] * bd / 1e3,
+                                 copied_per_step_kb=shape_df.measured_accept.get(s, np.nan) * (bt + bd) / 1e3)
+                            for s in decoded]), "tree_memory")
+seen = []  # (cache, address of its first key buffer) at every pass of the target and the draft
 
 
-bt, bd = kv_bytes_per_slot(pair.target), kv_bytes_per_slot(drafter.model)
-mem = save(pd.DataFrame([dict(shape=s, nodes=int(shape_df.nodes[s]), target_headroom_kb=(shape_df.nodes[s] + 1) * bt / 1e3,
-                              draft_headroom_kb=shape_df.nodes[s] * bd / 1e3,
-                              copied_per_step_kb=shape_df.measured_accept.get(s, np.nan) * (bt + bd) / 1e3)
-                         for s in decoded]), "tree_memory")
-seen = []
-orig = CachedLM.forward
+def record(module, args, kwargs):
+    cache = kwargs["past_key_values"]
+    seen.append((id(cache), cache.layers[0].keys.data_ptr()))
 
 
-def spy(self, *a, **kw):
-    seen.append((id(self), self.cache.layers[0].keys.data_ptr()))
-    return orig(self, *a, **kw)
-
-
-CachedLM.forward = spy
+hooks = [m.register_forward_pre_hook(record, with_kwargs=True) for m in (pair.target, drafter.model)]
 try:
     res = sd.generate(pair.target, encoded[0][1], drafter=drafter, method="tree", k=best_sh.depth, tree=best_sh,
                       max_new_tokens=max_new_tokens)
 finally:
-    CachedLM.forward = orig
-buffers = {lm_id: {p for i, p in seen if i == lm_id} for lm_id, _ in seen}
+    for h in hooks:
+        h.remove()
+buffers = {cache: {p for c, p in seen if c == cache} for cache, _ in seen}
 assert all(len(v) == 1 for v in buffers.values()), "a cache buffer moved during decoding"
 print(f"{len(seen)} passes over {len(buffers)} caches, each on one buffer; KV per slot: target {bt / 1e3:.1f} kB, "
       f"draft {bd / 1e3:.1f} kB")
@@ -472,8 +371,8 @@ for r in tps.index:
     print(f"{r} / {base}: tau {tps.tau_ratio[r]:.3f}×, tokens/s median {tps['median'][r]:.3f}× "
           f"(IQR {tps.q25[r]:.3f}–{tps.q75[r]:.3f}, {int(tps.n[r])} paired calls)")
 # a tree that contains the depth-k chain accepts at least as much at every position of the text
-assert all(a >= b for r in ranks.values() for a, b in zip(T.greedy_accept_lengths(shapes["default"][1], r),
-                                                           T.greedy_accept_lengths(shapes[f"chain k={depth}"][1], r)))
+assert all(a >= b for r in ranks.values() for a, b in zip(ts.greedy_accept_lengths(shapes["default"][1], r),
+                                                           ts.greedy_accept_lengths(shapes[f"chain k={depth}"][1], r)))
 # ... and, measured by decoding, the largest tree needs fewer target passes than the depth-k chain
 assert shape_df.measured_steps[f"optimal n={max(sizes)}"] < chain_k.measured_steps
 # the replay from the draft's ranks reproduces what decoding measures: the number of target passes and the

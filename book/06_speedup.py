@@ -16,7 +16,7 @@
 # side by side on the evaluation mix, with transformers' own decoders as peers, and asks how well
 # Leviathan et al.'s theory predicts what we measure.
 #
-# Protocol (see `specdec_core.bench`): the prompts are fixed before any tuning; every runner decodes the
+# Protocol (see `specdec_core.study.bench`): the prompts are fixed before any tuning; every runner decodes the
 # same prompts in one run, interleaved with rotating order, after a warm-up; we report medians and
 # interquartile ranges of *paired* ratios against our autoregressive decoder.
 
@@ -49,47 +49,25 @@ device = "cpu"
 out_dir = "../build/book/06_speedup"
 
 # %%
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 
 import specdec_core as sd
-from specdec_core import bench, peers, theory
+from specdec_core.study import bench, book, peers, theory
 
-sns.set_theme(style="whitegrid", context="notebook")
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-pair = sd.load_pair(model, draft=draft, device=device)
-print("drafters:", sorted(pair.drafters))
-
-
-def usable(spec):
-    return spec["drafter"] in pair.drafters
-
-
-def gen_kwargs(spec, k=None):
-    kw = {key: v for key, v in spec.items() if key not in ("drafter", "tree")}
-    kw["drafter"] = pair.drafters[spec["drafter"]]
-    if k is not None:
-        kw["k"] = k
-    if spec.get("tree") not in (None, "default"):
-        from specdec_core.tree import Dynamic
-
-        kw["tree"] = Dynamic(**spec["tree"])
-    return kw
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file)
+pair, encoded = ch.pair, ch.bench_prompts
+methods = {name: spec for name, spec in methods.items() if spec["drafter"] in pair.drafters}
+sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
+print(ch)
+print("methods:", list(methods))
 
 
 def our_runner(kw, temperature):
     return bench.generate_runner(pair.target, max_new_tokens, temperature, keep_steps=True, **kw)
 
-
-methods = {name: spec for name, spec in methods.items() if usable(spec)}
-sweep = {name: v for name, v in sweep.items() if usable(v[0])}
-print("methods:", list(methods))
 
 # %% [markdown]
 # ## Theory first
@@ -109,7 +87,7 @@ axes[1].plot([7], [3.4], "k*", ms=14, label="T5-XXL/T5-small (paper)")
 for ax in axes:
     ax.legend(fontsize=8)
 fig.tight_layout()
-fig.savefig(out / "theory.png", dpi=120)
+ch.savefig(fig, "theory")
 
 # %% [markdown]
 # ## The pass costs on this machine
@@ -117,8 +95,6 @@ fig.savefig(out / "theory.png", dpi=120)
 # median-length prompt plus half the decode budget: where a decode loop spends its passes on average).
 
 # %%
-prompts = sd.load_prompts(prompt_file, per_task=per_task)
-encoded = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p)) for p in prompts]
 model_drafter = pair.drafters.get("model")
 cost_ks = sorted({k for _, v in sweep.items() for k in v[1]} | {s["k"] for s in methods.values()})
 costs = bench.pass_costs(pair.target, model_drafter.model if model_drafter else None, bench.median_length(encoded),
@@ -133,7 +109,7 @@ frames = []
 for temp in temperatures:
     runners = {"autoregressive": our_runner({"method": "autoregressive"}, temp)}
     for name, spec in methods.items():
-        runners[name] = our_runner(gen_kwargs(spec), temp)
+        runners[name] = our_runner(bench.method_kwargs(pair, spec), temp)
     if hf_peers:
         runners["hf generate"] = peers.hf_runner(pair.target, max_new_tokens, temp)
         if model_drafter is not None and "linear (draft model)" in methods:
@@ -145,8 +121,12 @@ for temp in temperatures:
     df["temperature"] = temp
     frames.append(df)
 runs = pd.concat(frames, ignore_index=True)
-runs.drop(columns=["accepted_lengths"], errors="ignore").to_csv(out / "headline_runs.csv", index=False)
-bench.write_jsonl(runs.drop(columns=["accepted_lengths"], errors="ignore"), out / "headline_runs.jsonl")
+ch.save(runs.drop(columns=["accepted_lengths"], errors="ignore"), "headline_runs")
+bench.write_jsonl(runs.drop(columns=["accepted_lengths"], errors="ignore"), ch.out / "headline_runs.jsonl")
+
+# %% [markdown]
+# Per task and temperature: each method's paired speedup over our autoregressive decoder (the figure), with
+# the α and τ its runs measured (the summary table); the overall ratios follow the figure.
 
 # %%
 rat = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive", by=["task"]).assign(temperature=t)
@@ -159,14 +139,14 @@ alpha = spec_runs.groupby(["runner", "temperature", "task"]).apply(
 tau = spec_runs.groupby(["runner", "temperature", "task"]).tau.median()
 summary = rat.set_index(["runner", "temperature", "task"]).join(alpha).join(tau).reset_index()
 summary = summary.rename(columns={"runner": "method", "median": "speedup", "q25": "speedup_q25", "q75": "speedup_q75"})
-summary.to_csv(out / "summary.csv", index=False)
+ch.save(summary, "summary")
 g = sns.catplot(data=summary, x="task", y="speedup", hue="method", col="temperature", kind="bar", height=4,
                 aspect=1.5, errorbar=None)
 for ax in g.axes.flat:
     ax.axhline(1.0, color="k", lw=1)
     ax.tick_params(axis="x", rotation=25)
 g.set_axis_labels("", "speedup over autoregressive (median, paired)")
-g.savefig(out / "speedup_by_task.png", dpi=120)
+ch.savefig(g, "speedup_by_task")
 overall.round(3)
 
 # %% [markdown]
@@ -203,14 +183,17 @@ hist = pd.DataFrame(hist)
 g = sns.displot(data=hist, x="accepted", hue="method", multiple="dodge", discrete=True, stat="probability",
                 common_norm=False, height=3.5, aspect=1.8, shrink=0.8)
 g.set(title="accepted draft tokens per target pass")
-g.savefig(out / "accepted_length_hist.png", dpi=120)
+ch.savefig(g, "accepted_length_hist")
 lat = runs[runs.runner.isin(["autoregressive", *methods])].groupby(["runner", "temperature"])[
     ["ttft_ms", "p50_ms", "p95_ms", "p99_ms"]].median()
-lat.to_csv(out / "latency.csv")
+lat.to_csv(ch.out / "latency.csv")
 lat.round(1)
 
 # %% [markdown]
 # ## Speedup versus K, against the theory with measured α and c
+# Every method of `sweep` at each of its K on `sweep_per_task` prompts per task, greedy, one interleaved run;
+# the figure draws the paired speedups against K and, for linear SD with the draft model, the theory's
+# prediction from each call's α̂ and the measured pass costs.
 
 # %%
 sweep_prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
@@ -218,12 +201,12 @@ sweep_prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
 sweep_runners = {"autoregressive": our_runner({"method": "autoregressive"}, 0.0)}
 for name, (spec, klist) in sweep.items():
     for k in klist:
-        sweep_runners[f"{name}|{k}"] = our_runner(gen_kwargs(spec, k), 0.0)
+        sweep_runners[f"{name}|{k}"] = our_runner(bench.method_kwargs(pair, spec, k), 0.0)
 if len(sweep_runners) == 1:
     print("no usable method in `sweep` (missing drafters): skipping the K sweep")
 else:
     sw = bench.run_interleaved(sweep_runners, sweep_prompts, repeats=1)
-    sw.drop(columns=["accepted_lengths"], errors="ignore").to_csv(out / "sweep_runs.csv", index=False)
+    ch.save(sw.drop(columns=["accepted_lengths"], errors="ignore"), "sweep_runs")
     sr = bench.paired_ratios(sw, "autoregressive")
     sr["method"] = sr.runner.str.split("|").str[0]
     sr["K"] = sr.runner.str.split("|").str[1].astype(int)
@@ -235,7 +218,7 @@ else:
         k = sr.at[i, "K"]
         _, th = bench.theory_check(sw, sr.at[i, "runner"], "autoregressive", k, costs["c"], costs["verify_ratio"][k])
         sr.loc[i, ["predicted", "measured_decode"]] = th["predicted_median"], th["measured_median"]
-    sr.to_csv(out / "speedup_vs_k.csv", index=False)
+    ch.save(sr, "speedup_vs_k")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     sns.lineplot(data=sr, x="K", y="median", hue="method", marker="o", ax=ax)
     if lin.any():
@@ -245,7 +228,7 @@ else:
     ax.set(ylabel="speedup over autoregressive (greedy)", title="speedup vs K")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "speedup_vs_k.png", dpi=120)
+    ch.savefig(fig, "speedup_vs_k")
     display(sr.round(3))
 
 # %% [markdown]
@@ -269,8 +252,8 @@ if "linear (draft model)" in methods:
     print(f"predicted median {th['predicted_median']:.3f}×, measured median {th['measured_median']:.3f}× → relative "
           f"error {rel:.1%} (tolerance {theory_tolerance:.0%}); per call, median |error| "
           f"{th['per_call_abs_error_median']:.1%}; one pooled α̂ would predict {th['predicted_pooled']:.3f}×")
-    pd.DataFrame([th]).to_csv(out / "theory_check.csv", index=False)
-    calls.to_csv(out / "theory_calls.csv", index=False)
+    ch.save(pd.DataFrame([th]), "theory_check")
+    ch.save(calls, "theory_calls")
     verdict = "AGREE" if rel < theory_tolerance else "DISAGREE"
     print(f"theory and measurement {verdict} within {theory_tolerance:.0%} ({rel:.1%}); measured "
           f"{'slower' if th['measured_median'] < 1 else 'faster'} than autoregressive decoding")
@@ -282,7 +265,7 @@ if "linear (draft model)" in methods:
            ylabel="measured speedup (decode loop)", title=f"linear SD, K = {k0}, greedy: one point per call")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "theory_calls.png", dpi=120)
+    ch.savefig(fig, "theory_calls")
     if assert_theory:
         assert rel < theory_tolerance, f"theory and measurement disagree by {rel:.1%}"
 

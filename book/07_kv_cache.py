@@ -45,58 +45,27 @@ threads = 1               # CPU threads (0: torch's default). Nothing here needs
 out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
 
 # %%
-import os
 import time
-from functools import partial
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from tqdm import tqdm as _tqdm
 
 import specdec_core as sd
-from specdec_core import profiling as pf
 from specdec_core.drafters import Draft, Drafter
 from specdec_core.kvcache import KVCache
 from specdec_core.lm import CachedLM
+from specdec_core.study import book
+from specdec_core.study import profiling as pf
+from specdec_core.tree import attention_bias
 
-sns.set_theme(style="whitegrid", context="notebook")
-tqdm = partial(_tqdm, mininterval=10)  # few updates: the executed notebook stays readable
-out = Path(out_dir)
-out.mkdir(parents=True, exist_ok=True)
-dev = sd.models.resolve_device(device)
-dt = pf.resolve_dtype(dtype)
+ch = book.setup(out_dir, model, device=device, dtype=dtype, threads=threads, reference=True)  # CSVs tagged
+dev, dt, tag, target = ch.device, ch.dtype, ch.tag, ch.target
 b = torch.finfo(dt).bits // 8
-tag = pf.device_tag(dev)
-if dev.type == "cpu" and threads:
-    torch.set_num_threads(threads)
-target = sd.load_pair(model, dtype=dt, device=dev).target
 cfg = target.config
-print(f"{model} on {dev} ({tag}), {dtype}, {torch.get_num_threads()} thread(s)")
-
-
-def save(df, name):
-    """CSV under out_dir (and under data/reference/<device>/ on a GPU), tagged with the device."""
-    df = df.assign(device=tag)
-    for p in pf.save_csv(df, name, out, dev):
-        print("wrote", p)
-    return df
-
-
-def savefig(fig, name):
-    fig.savefig(out / f"{name}.png", dpi=120, bbox_inches="tight")
-    plt.show()
-
-
-def mem_bytes() -> int:
-    """Memory in use where the cache lives: allocated device memory on CUDA, else resident memory."""
-    if dev.type == "cuda":
-        return torch.cuda.memory_allocated(dev)
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+print(ch)
 
 
 def flatness(x, y) -> float:
@@ -134,7 +103,7 @@ for name, c in configs.items():
                      bytes_per_token_per_layer=per_layer, kib_per_token=per_layer * a.L / 1024,
                      weights_gb=pf.param_count(c) * b / 1e9,
                      without_gqa_kib=2 * a.nh * a.hd * b * a.L / 1024))
-per_token = save(pd.DataFrame(rows), "kv_bytes_per_token")
+per_token = ch.save(pd.DataFrame(rows), "kv_bytes_per_token")
 print("formula == allocated bytes for every model")
 per_token.round(2)
 
@@ -153,14 +122,14 @@ for name, c in configs.items():
         for B in batches:
             rows.append(dict(model=name, S=S, batch=B, kv_gb=B * S * per_tok / 1e9,
                              weights_gb=pf.param_count(c) * b / 1e9))
-mem = save(pd.DataFrame(rows), "kv_memory")
+mem = ch.save(pd.DataFrame(rows), "kv_memory")
 g = sns.relplot(data=mem, x="S", y="kv_gb", hue="batch", col="model", kind="line", marker="o",
                 col_wrap=2, height=3, aspect=1.3, palette="flare", facet_kws=dict(sharey=False))
 for ax, (name, d) in zip(g.axes.flat, mem.groupby("model", sort=False)):
     ax.axhline(d.weights_gb.iloc[0], color="black", ls="--", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="context length S", ylabel=f"KV cache GB ({dtype})")
 g.figure.suptitle("KV cache memory (dashed: the weights)", y=1.02)
-savefig(g.figure, "kv_memory")
+ch.savefig(g.figure, "kv_memory")
 cross = pd.DataFrame([dict(model=n, **{f"batch {B}": int(pf.param_count(c) / (B * pf.kv_bytes_per_token(c, 1)))
                                       for B in batches}) for n, c in configs.items()])
 print("context length at which the KV cache equals the weights:")
@@ -174,8 +143,10 @@ cross
 #
 # 1. the bare operation: `advance(n)` then `rollback(n)`, 1000 times per timed run;
 # 2. what a decoder sees: from a cache of `base_length + n` positions, roll back n and run the next
-#    verification pass (k + 1 tokens). The pass always starts from `base_length` positions, so any
-#    dependence on n would be the rollback's.
+#    verification pass (k + 1 tokens, not committed). The pass always starts from `base_length` positions,
+#    so any dependence on n would be the rollback's.
+#
+# The figure plots both against n, with the gap between long and short rollbacks in each title.
 
 # %%
 lm = CachedLM(target, base_length + max(rollback_lengths) + max(tree_sizes) + k + 1)
@@ -206,8 +177,7 @@ def step_fn(n):
     def run():
         cache.advance(n)          # pretend n drafted positions were written and committed
         cache.rollback(n)         # ... and rejected
-        lm.forward(toks)          # the next verification pass, from base_length positions
-        cache.rollback(k + 1)
+        lm.forward(toks, commit=False)  # the next verification pass, from base_length positions
     return run
 
 
@@ -216,7 +186,7 @@ steps = pf.summarize(pf.time_interleaved({n: step_fn(n) for n in rollback_length
 assert [l.keys.data_ptr() for l in cache.layers] == ptrs, "rollback must not reallocate"
 rb = pd.concat([ops.assign(what="rollback op (ns)", value=ops.ns_per_rollback),
                 steps.assign(what="rollback + next pass (ms)", value=1e3 * steps["median"])])
-save(rb, "rollback_cost")
+ch.save(rb, "rollback_cost")
 flat = {w: flatness(d.n, d.value) for w, d in rb.groupby("what", sort=False)}
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, (w, d) in zip(axes, rb.groupby("what", sort=False)):
@@ -224,7 +194,7 @@ for ax, (w, d) in zip(axes, rb.groupby("what", sort=False)):
     ax.set_xscale("symlog", linthresh=1)
     ax.set(xlim=(0, 1.3 * max(rollback_lengths)), ylim=(0, 1.3 * d.value.max()), xlabel="positions rolled back n",
            ylabel=w, title=f"{w}: long vs short {flat[w]:.1%}")
-savefig(fig, "rollback_cost")
+ch.savefig(fig, "rollback_cost")
 for w, f in flat.items():
     h = sorted(rollback_lengths)
     print(f"{w}: rolling back {h[-(len(h) // 2)]}-{h[-1]} positions vs {h[0]}-{h[len(h) // 2 - 1]}: "
@@ -245,31 +215,18 @@ for w, f in flat.items():
 # cache of the prefix: N slots for the tree, `(branches − 1) · S + N` slots for a batch of branches.
 
 # %%
-per_tok = pf.kv_bytes_per_token(cfg, b)
-
-
-def tree_mask(parents: list[int], S: int) -> torch.Tensor:
-    """Additive mask [1, 1, N, S + N]: node i sees the prefix, itself and its ancestors (parent -1 = root)."""
-    N = len(parents)
-    allowed = torch.zeros(N, S + N, dtype=torch.bool)
-    allowed[:, :S] = True
-    for i in range(N):
-        j = i
-        while j >= 0:
-            allowed[i, S + j] = True
-            j = parents[j]
-    return torch.zeros(1, 1, N, S + N, dtype=dt).masked_fill(~allowed, torch.finfo(dt).min).to(dev)
-
-
+per_tok = pf.kv_bytes_per_slot(target)
 rows = []
 nbytes0 = cache.nbytes()
 for N in tree_sizes:
     for shape in ("star", "chain"):
-        parents = [-1] * N if shape == "star" else list(range(-1, N - 1))
+        # node i sees the prefix, itself and its ancestors: a star's nodes only themselves, a chain's all before
+        allowed = torch.eye(N, dtype=torch.bool) if shape == "star" else torch.ones(N, N, dtype=torch.bool).tril()
         depth = 1 if shape == "star" else N
         depths = torch.zeros(N, dtype=torch.long) if shape == "star" else torch.arange(N)
         S = cache.length
-        lm.forward(torch.randint(0, cfg.vocab_size, (N,)), positions=S + depths, mask=tree_mask(parents, S))
+        lm.forward(torch.randint(0, cfg.vocab_size, (N,)), positions=S + depths,
+                   mask=attention_bias(allowed, S, dt, dev))
         path = torch.arange(S, S + depth) if shape == "chain" else torch.tensor([S])  # accepted path
         pf.sync(dev)
         t = time.perf_counter()
@@ -284,9 +241,13 @@ for N in tree_sizes:
                          extra_kb_batch_of_branches=((branches - 1) * S + N) * per_tok / 1e3,
                          compact_positions=len(path), compact_us=1e6 * t_compact))
         cache.rollback(len(path))
-trees = save(pd.DataFrame(rows), "tree_memory")
+trees = ch.save(pd.DataFrame(rows), "tree_memory")
 print(f"cache buffers: {nbytes0 / 1e6:.1f} MB before and after every tree pass, same addresses")
 trees.round(1)
+
+# %% [markdown]
+# The figure compares the two layouts' memory beyond the prefix for the star trees: N slots in the one
+# cache, against a copy of the prefix per extra branch.
 
 # %%
 long = trees[trees.tree == "star"].melt(id_vars="N", value_vars=["extra_kb_tree", "extra_kb_batch_of_branches"],
@@ -295,7 +256,7 @@ fig, ax = plt.subplots(figsize=(6.5, 3.8))
 sns.lineplot(data=long, x="N", y="kB", hue="layout", marker="o", ax=ax)
 ax.set(xscale="log", yscale="log", xlabel="branches N (star tree)", ylabel="KV memory beyond the prefix (kB)",
        title=f"Tree in one cache vs one sequence per branch (prefix {base_length})")
-savefig(fig, "tree_memory")
+ch.savefig(fig, "tree_memory")
 
 # %% [markdown]
 # ## 5. A run of rejections
@@ -304,20 +265,21 @@ savefig(fig, "tree_memory")
 # positions, keeps one, and rolls back k. A cache that grew with what it was asked to write, or that
 # reallocated on rollback, would leak here. We run `rejection_steps` such steps directly on the cache
 # (recording length, buffer addresses and the process's resident memory), then the library's own
-# linear loop with an always-wrong drafter. (On CUDA, "memory" is the allocated device memory.)
+# linear loop with an always-wrong drafter. (On CUDA, "memory" is the allocated device memory:
+# `profiling.memory_in_use`.) The figure follows memory in use and the cache length step by step.
 
 # %%
 lm2 = CachedLM(target, base_length + rejection_steps + k + 1)
 lm2.forward(torch.randint(0, cfg.vocab_size, (base_length,)))
 ptrs2, nbytes2 = [l.keys.data_ptr() for l in lm2.cache.layers], lm2.cache.nbytes()
 trace, gen = [], torch.Generator().manual_seed(2)
-for step in tqdm(range(rejection_steps), desc="rejected steps"):
+for step in book.progress(range(rejection_steps), desc="rejected steps"):
     lm2.forward(torch.randint(0, cfg.vocab_size, (k + 1,), generator=gen))  # verify k drafts
     lm2.cache.rollback(k)                                                    # reject all k
-    trace.append(dict(step=step, length=lm2.length, mem_mb=mem_bytes() / 1e6,
+    trace.append(dict(step=step, length=lm2.length, mem_mb=pf.memory_in_use(dev) / 1e6,
                       same_buffers=[l.keys.data_ptr() for l in lm2.cache.layers] == ptrs2,
                       cache_mb=lm2.cache.nbytes() / 1e6))
-trace = save(pd.DataFrame(trace), "rejection_run")
+trace = ch.save(pd.DataFrame(trace), "rejection_run")
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
 sns.lineplot(data=trace, x="step", y="mem_mb", ax=axes[0])
 axes[0].set(ylabel="memory in use (MB)", title="memory during always-rejected steps")
@@ -326,7 +288,7 @@ sns.lineplot(data=trace, x="step", y="length", ax=axes[1])
 axes[1].axhline(lm2.cache.capacity, color="crimson", ls="--", label="capacity (allocated once)")
 axes[1].set(ylabel="committed positions", title="cache length: +1 per step")
 axes[1].legend()
-savefig(fig, "rejection_run")
+ch.savefig(fig, "rejection_run")
 settled = trace[trace.step >= min(10, rejection_steps // 4)]
 growth_mb = settled.mem_mb.max() - settled.mem_mb.min()
 print(f"{rejection_steps} steps: buffers unchanged {trace.same_buffers.all()}, cache {nbytes2 / 1e6:.1f} MB "
@@ -349,9 +311,9 @@ class AlwaysWrong(Drafter):
 ids = torch.randint(0, cfg.vocab_size, (32,), generator=torch.Generator().manual_seed(3))
 n_new = max(8, rejection_steps // 4)
 sd.generate(target, ids, drafter=AlwaysWrong(), method="linear", k=k, max_new_tokens=4)  # warm-up
-before = mem_bytes()
+before = pf.memory_in_use(dev)
 res = sd.generate(target, ids, drafter=AlwaysWrong(), method="linear", k=k, max_new_tokens=n_new)
-grown = (mem_bytes() - before) / 1e6
+grown = (pf.memory_in_use(dev) - before) / 1e6
 cache_mb = KVCache(cfg, ids.numel() + n_new + k + 1, dt, "meta").nbytes() / 1e6
 st = res.stats
 print(f"library loop: {st['new_tokens']} tokens in {st['target_passes']} target passes, acceptance "

@@ -10,7 +10,7 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
 
-Trees (:class:`specdec_core.loop.TreeSpec`) use two more methods; the defaults propose the drafter's chain as a
+Trees (:class:`specdec_core.loop.TreeSearch`) use two more methods; the defaults propose the drafter's chain as a
 one-branch tree, so every drafter works with ``method="tree"``:
 
 - ``propose_tree(context, shape, k, params, generator) -> TreeDraft``: a tree of depth <= k grown

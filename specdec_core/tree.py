@@ -11,7 +11,7 @@ nodes 1..N follow in (depth, path) order, the order in which they are drafted, w
 and verified. :class:`Dynamic` grows the tree instead from the draft's own probabilities (top-k
 expansion under a node budget, as in EAGLE-2), one depth per draft pass.
 
-A tree step (:class:`specdec_core.loop.TreeSpec`) has the four phases of every method:
+A tree step (:class:`specdec_core.loop.TreeSearch`) has the four phases of every method:
 
 1. **draft**  the drafter grows the tree (``Drafter.propose_tree``, with :class:`TreeBuilder`): node tokens
    and, when sampling, the law q each node's token was drawn from (:func:`draw_siblings`).

@@ -19,21 +19,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
+
+from ..kvcache import _SlabLayer
 
 
-class _BatchSlab(CacheLayerMixin):
-    is_sliding = False
-    is_compileable = False
-
-    def __init__(self, owner: "BatchKVCache", keys: torch.Tensor, values: torch.Tensor):
-        super().__init__()
-        self.owner, self.keys, self.values = owner, keys, values
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
-
-    def lazy_initialization(self, key_states: torch.Tensor):
-        pass
+class _BatchSlab(_SlabLayer):
+    """One layer's ``[B, H, capacity, D]`` slab; writes each row at its own length (one scatter)."""
 
     def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
         idx, end = self.owner.write_index(key_states.shape[-2])
@@ -47,9 +39,6 @@ class _BatchSlab(CacheLayerMixin):
 
     def get_seq_length(self) -> int:
         return int(self.owner.lengths.max())
-
-    def get_max_cache_shape(self) -> int:
-        return self.owner.capacity
 
 
 class BatchKVCache(Cache):

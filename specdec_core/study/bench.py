@@ -22,17 +22,20 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..drafters import Drafter
+from ..sampling import SamplingParams
+from .profiling import at_context, pass_fn, summarize, sync, time_interleaved
+
 Runner = Callable[[torch.Tensor], dict]  # prompt ids -> {"tokens": list[int], ...extra stats}
-
-
-def _sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.Tensor]], repeats: int = 3,
                     warmup: int = 2, progress: bool = True) -> pd.DataFrame:
-    """Time every runner on every ``(meta, ids)`` prompt. Returns one row per call."""
+    """Time every runner on every ``(meta, ids)`` prompt. Returns one row per call.
+
+    The decode-level counterpart of :func:`~specdec_core.study.profiling.time_interleaved` (which times
+    zero-argument callables): here every call also returns tokens and stats, and the order rotates per
+    prompt so each runner meets each prompt in every position."""
     names = list(runners)
     for _ in range(warmup):
         for name in names:
@@ -44,10 +47,10 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
         for i, (meta, ids) in enumerate(prompts):
             order = names[(i + rep) % len(names):] + names[: (i + rep) % len(names)]
             for name in order:
-                _sync()
+                sync()
                 t = time.perf_counter()
                 out = runners[name](ids)
-                _sync()
+                sync()
                 dt = time.perf_counter() - t
                 n = len(out["tokens"])
                 extra = {k: v for k, v in out.items() if k != "tokens" and not isinstance(v, dict)}
@@ -63,7 +66,7 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
     """A runner calling :func:`specdec_core.generate`; its row carries the speculative counts (accepted,
     rejections, proposed, τ), the decode-loop time and tokens (prefill excluded) and latency percentiles;
     ``keep_steps`` also keeps the per-step accepted lengths."""
-    from .decode import generate
+    from ..decode import generate
 
     def run(ids):
         r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
@@ -78,6 +81,84 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
             row["accepted_lengths"] = acc
         return row
     return run
+
+
+def decode_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_steps: bool = False,
+                  outputs: dict | None = None, **generate_kwargs) -> Runner:
+    """A runner calling :func:`specdec_core.generate` whose row holds everything :func:`generate_runner`'s
+    does, plus the step counts (``steps``, ``draft_passes``), the per-step means ``accepted_per_step`` and
+    ``drafted_per_step`` (tokens or tree nodes in a verify pass) and the four phases' seconds
+    (``draft_s``, ``verify_s``, ``accept_s``, ``commit_s``). ``outputs``: a dict that receives every call's
+    tokens under the prompt's ids (``tuple(ids.tolist())``), for checking greedy outputs afterwards."""
+    from ..decode import generate
+    from ..record import PHASES
+
+    def run(ids):
+        r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
+                     **generate_kwargs)
+        s = r.stats
+        acc, prop = s.accepted_lengths, s.proposed
+        if outputs is not None:
+            outputs[tuple(torch.as_tensor(ids).view(-1).tolist())] = r.tokens
+        row = {"tokens": r.tokens, "tau": s.tau, "accepted": sum(acc), "proposed": sum(prop),
+               "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s.target_passes,
+               "decode_s": s.decode_s, "decode_tokens": max(0, len(r.tokens) - 1),
+               **latency_percentiles(s.token_times),
+               "steps": len(acc), "draft_passes": s.draft_passes,
+               "accepted_per_step": float(np.mean(acc)) if acc else float("nan"),
+               "drafted_per_step": float(np.mean(s.drafted)) if s.drafted else float("nan"),
+               **{f"{ph}_s": getattr(s, f"{ph}_s") for ph in PHASES}}
+        if keep_steps:
+            row["accepted_lengths"] = acc
+        return row
+    return run
+
+
+def method_kwargs(pair, spec: dict, k: int | None = None) -> dict:
+    """A method as the book's parameters write it → :func:`specdec_core.generate` arguments.
+
+    ``spec``: ``{"method": ..., "drafter": <key of pair.drafters>, "k": ..., "tree": "default" | {Dynamic
+    arguments}}`` (drafter and tree optional); ``k`` overrides the spec's. A drafter the pair lacks raises
+    ``KeyError`` (check with ``spec["drafter"] in pair.drafters``)."""
+    from ..tree import Dynamic
+
+    kw = {key: v for key, v in spec.items() if key not in ("drafter", "tree")}
+    if spec.get("drafter") is not None:
+        kw["drafter"] = pair.drafters[spec["drafter"]]
+    if k is not None:
+        kw["k"] = k
+    if spec.get("tree") not in (None, "default"):
+        kw["tree"] = Dynamic(**spec["tree"])
+    return kw
+
+
+def step_table(stats, **meta) -> pd.DataFrame:
+    """One row per decoding step of a run (:class:`~specdec_core.record.Stats`): ``step``, ``accepted``,
+    ``proposed`` (tokens the verifier tested), ``drafted`` (tokens or nodes in the verify pass), ``last``
+    (the run's final step, which the budget or an EOS may cut), and the ``meta`` columns."""
+    n = len(stats.accepted_lengths)
+    return pd.DataFrame(dict(meta, step=range(n), accepted=stats.accepted_lengths, proposed=stats.proposed,
+                             drafted=stats.drafted, last=[i == n - 1 for i in range(n)]))
+
+
+def acceptance_by_position(steps: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
+    """Acceptance by draft position from a table of steps (:func:`step_table`: ``accepted``, ``proposed``,
+    ``drafted``), per ``by`` group.
+
+    A chain's position i is *drafted* when the step drafted at least i tokens, *reached* (tested) when the
+    i − 1 before it were accepted, and accepted when the step accepted at least i. Per position: ``steps``
+    (drafted), ``reached``, ``conditional`` = P(accept i | reached i), which i.i.d. acceptance (the theory's
+    model) would keep flat, and ``cumulative`` = P(accept ≥ i) over the steps that drafted i."""
+    by = list(by or [])
+    rows = []
+    for key, g in (steps.groupby(by, sort=True) if by else [((), steps)]):
+        key = key if isinstance(key, tuple) else (key,)
+        for i in range(1, int(g.drafted.max()) + 1 if len(g) else 1):
+            drafted, reached, accepted = (g.drafted >= i).sum(), (g.proposed >= i).sum(), (g.accepted >= i).sum()
+            rows.append(dict(zip(by, key), position=i, steps=int(drafted), reached=int(reached),
+                             conditional=accepted / reached if reached else np.nan,
+                             cumulative=accepted / drafted if drafted else np.nan))
+    return pd.DataFrame(rows, columns=by + ["position", "steps", "reached", "conditional", "cumulative"])
 
 
 def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float, verify_ratio: float,
@@ -163,60 +244,95 @@ def write_jsonl(df: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
-def time_passes(fns: dict[str, Callable[[], None]], repeats: int = 15, warmup: int = 3) -> pd.DataFrame:
-    """Time zero-argument callables interleaved (rotating order), ``repeats`` rounds. One row per call (ms)."""
-    names = list(fns)
-    for _ in range(warmup):
-        for f in fns.values():
-            f()
-    rows = []
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            _sync()
-            t = time.perf_counter()
-            fns[name]()
-            _sync()
-            rows.append({"pass": name, "repeat": r, "ms": (time.perf_counter() - t) * 1e3})
-    return pd.DataFrame(rows)
-
-
 def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats: int = 15,
                decoded: int = 0) -> dict:
     """Measure, side by side, one target pass over 1 token, over K + 1 tokens, and one draft pass over 1 token
     at the context of ``ids`` followed by ``decoded`` more tokens (half the decode budget puts the context
     where a decode loop spends it on average). Returns medians (ms) and ``c`` = draft / target(1),
     ``verify_ratio[K]``."""
-    from .lm import CachedLM
+    from ..lm import CachedLM
 
     ids = torch.as_tensor(ids).view(-1)
-    if decoded:
-        ids = torch.cat([ids, ids[-1:].repeat(decoded)])
-    cap = ids.numel() + max(ks) + 2
-    t_lm = CachedLM(target, cap)
-    t_lm.forward(ids)
-    fns = {}
-
-    def target_pass(n):
-        def f():
-            t_lm.forward(torch.ones(n, dtype=torch.long), last_only=False)
-            t_lm.cache.rollback(n)
-        return f
-
-    for n in sorted({1, *[k + 1 for k in ks]}):
-        fns[f"target[{n}]"] = target_pass(n)
+    S = ids.numel() + decoded
+    t_lm = CachedLM(target, S + max(ks) + 2)
+    at_context(t_lm, S)
+    fns = {f"target[{n}]": pass_fn(t_lm, n) for n in sorted({1, *[k + 1 for k in ks]})}
     if draft_model is not None:
-        d_lm = CachedLM(draft_model, cap)
-        d_lm.forward(ids)
-
-        def draft_pass():
-            d_lm.forward(torch.ones(1, dtype=torch.long), last_only=True)
-            d_lm.cache.rollback(1)
-        fns["draft[1]"] = draft_pass
-    df = time_passes(fns, repeats=repeats)
-    med = df.groupby("pass").ms.median()
-    out = {"ms": med.to_dict(), "spread_ms": (df.groupby("pass").ms.quantile(0.75)
-                                              - df.groupby("pass").ms.quantile(0.25)).to_dict()}
+        d_lm = CachedLM(draft_model, S + 2)
+        at_context(d_lm, S)
+        fns["draft[1]"] = pass_fn(d_lm, 1)
+    df = time_interleaved(fns, repeats=repeats, warmup=3)
+    s = summarize(df).set_index("name")
+    med = s["median"] * 1e3
+    out = {"ms": med.to_dict(), "spread_ms": ((s["q75"] - s["q25"]) * 1e3).to_dict()}
     t1 = med["target[1]"]
     out["c"] = float(med["draft[1]"] / t1) if draft_model is not None else float("nan")
     out["verify_ratio"] = {k: float(med[f"target[{k + 1}]"] / t1) for k in ks}
     return out
+
+
+# -- measuring: the draft phase alone ----------------------------------------------------------------
+def proposal_timer(drafter: Drafter, context: list[int], params: SamplingParams = SamplingParams()):
+    """A callable ``k -> seconds`` timing one ``propose(context, k)`` with exactly one unseen token.
+
+    The draft phase of a step that follows a full rejection, the same for every K and every cached drafter
+    (anything with an ``lm``: :class:`BlockDrafter`, :class:`~specdec_core.drafters.ModelDrafter`). The
+    drafter's cache is set up once and rolled back after each call (a pointer move)."""
+    base = len(context) - 1
+    drafter.reset(torch.tensor(context), len(context) + 2 * getattr(drafter, "max_block", 16) + 2)
+    drafter.propose(context[:-1], 1, params, None)
+    drafter.accept(0)
+
+    def timed(k: int) -> float:
+        drafter.lm.cache.rollback(drafter.lm.length - base)
+        g = torch.Generator().manual_seed(k)
+        t = time.perf_counter()
+        drafter.propose(context, k, params, g)
+        dt = time.perf_counter() - t
+        drafter.accept(0)
+        return dt
+
+    return timed
+
+
+class TimedDrafter(Drafter):
+    """Any drafter with the wall time of each proposal recorded, unchanged otherwise (same tokens, laws and
+    generator draws). ``records``: one dict per proposal: ``k`` asked, ``unseen`` committed tokens the draft
+    had not seen (its ``lm`` cache, if any), ``seconds``, ``first`` (the proposal that also reads the prompt)."""
+
+    def __init__(self, inner: Drafter):
+        self.inner, self.name, self.vocab_size = inner, inner.name, inner.vocab_size
+        self.records: list[dict] = []
+        self._first = True
+
+    def bind(self, target):
+        self.inner.bind(target)
+        self.vocab_size = self.inner.vocab_size
+
+    def reset(self, prompt, capacity):
+        self.inner.reset(prompt, capacity)
+        self._first = True
+
+    def _timed(self, fn, context, k):
+        lm = getattr(self.inner, "lm", None)
+        unseen = len(context) - (lm.length if lm is not None else 0)
+        device = lm.device if lm is not None else "cpu"
+        sync(device)
+        t = time.perf_counter()
+        out = fn()
+        sync(device)
+        self.records.append(dict(k=k, unseen=unseen, seconds=time.perf_counter() - t, first=self._first))
+        self._first = False
+        return out
+
+    def propose(self, context, k, params, generator):
+        return self._timed(lambda: self.inner.propose(context, k, params, generator), context, k)
+
+    def propose_tree(self, context, shape, k, params, generator):
+        return self._timed(lambda: self.inner.propose_tree(context, shape, k, params, generator), context, k)
+
+    def accept(self, n):
+        self.inner.accept(n)
+
+    def accept_path(self, path):
+        self.inner.accept_path(path)

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from ..models.hub import REPO_ROOT
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -40,9 +41,13 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[name]
 
 
-def sync(device: torch.device | str) -> None:
-    """Wait for queued work on ``device`` (a no-op on CPU)."""
-    if torch.device(device).type == "cuda":
+def sync(device: torch.device | str | None = None) -> None:
+    """Wait for queued work on ``device`` (a no-op on CPU; ``None``: the current CUDA device, if any).
+    Every timer of the study synchronizes through this function."""
+    if device is None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    elif torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
 
@@ -132,6 +137,22 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
             sync(device)
             rows.append((n, r, time.perf_counter() - t0))
     return pd.DataFrame(rows, columns=["name", "repeat", "seconds"])
+
+
+def at_context(lm, S: int) -> None:
+    """Make ``lm``'s cache hold ``S`` committed positions (pointer moves through the cache contract; a pass's
+    time depends on how many entries it reads, not on their values)."""
+    lm.cache.rollback(lm.length)
+    lm.cache.advance(S)
+
+
+def pass_fn(lm, T: int, vocab: int | None = None, seed: int = 0) -> Callable[[], Any]:
+    """A timed callable: one forward pass of ``lm`` over ``T`` tokens (seeded random ids, or ones if ``vocab``
+    is None) after its committed positions, committing nothing (``CachedLM.forward(commit=False)``): the
+    cache is the same before and after, so the callable can run any number of times."""
+    toks = (torch.ones(T, dtype=torch.long) if vocab is None
+            else torch.randint(0, vocab, (T,), generator=torch.Generator().manual_seed(seed)))
+    return lambda: lm.forward(toks, commit=False)
 
 
 def summarize(samples, by: str | list[str] = "name"):
@@ -229,6 +250,28 @@ def kv_bytes_per_token(config, dtype_bytes: int, per_layer: bool = False) -> int
     """KV-cache bytes one token occupies: ``2 · nkv · hd · b`` per layer (times L unless ``per_layer``)."""
     a = Arch.from_config(config)
     return a.kv_per_token_per_layer * dtype_bytes * (1 if per_layer else a.L)
+
+
+def kv_bytes_per_slot(model) -> int:
+    """KV-cache bytes one cache slot of ``model`` takes, in the model's own dtype (all layers, K and V): what a
+    :class:`~specdec_core.kvcache.KVCache` allocates per position of capacity, and what each drafted token
+    or tree node borrows from the headroom. Reads the shapes as the cache does (any attention config)."""
+    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    nkv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * c.num_hidden_layers * nkv * hd * next(model.parameters()).element_size()
+
+
+def memory_in_use(device: torch.device | str = "cpu") -> int:
+    """Bytes in use where a cache lives: allocated device memory on CUDA, else the process's resident memory
+    (``/proc/self/statm``)."""
+    import os
+
+    d = torch.device(device)
+    if d.type == "cuda":
+        return torch.cuda.memory_allocated(d)
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def pass_cost(config, T: int, S: int, dtype_bytes: int, logits: str = "all", batch: int = 1,

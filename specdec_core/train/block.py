@@ -116,7 +116,7 @@ class BlockRecipe:
     seed: int = 0
     max_block: int = 8  # block positions 1..8: one real row + 7 masks
     anchor_stride: int = 4  # one block of masks every 4 response positions (offset: a hash of the prompt id)
-    bf16_autocast: bool = True  # forward/backward under bfloat16 autocast (~1.5× faster on a CPU with AVX512-BF16)
+    bf16_autocast: bool = True  # forward/backward under bfloat16 autocast (faster on CPUs with AVX512-BF16)
     train: distill.TrainConfig = field(default_factory=lambda: distill.TrainConfig(
         steps=400, lr=5e-4, warmup=20, batch_tokens=2048, seed=0, ckpt_every=25))
 
