@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from pathlib import Path
+from specdec_core.models import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 KEEP = [
     "timings.csv",
     "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
@@ -25,6 +24,9 @@ KEEP = [
     "06_speedup/summary.csv", "06_speedup/theory_check.csv", "06_speedup/theory_calls.csv",
     "06_speedup/speedup_vs_k.csv", "06_speedup/latency.csv", "06_speedup/speedup_by_task.png",
     "06_speedup/theory_calls.png",
+    "09_serving/batch_runs.csv", "09_serving/speedup_vs_batch.csv", "09_serving/pass_costs.csv",
+    "09_serving/streaming_latency.csv", "09_serving/throughput_vs_batch.png", "09_serving/speedup_vs_batch.png",
+    "09_serving/arrivals.png",
 ]
 
 
