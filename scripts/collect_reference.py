@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+
 from specdec_core.models import REPO_ROOT as ROOT
 
 KEEP = [
