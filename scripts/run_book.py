@@ -30,30 +30,12 @@ def notebooks(only: list[str] | None) -> list[Path]:
     return found
 
 
-def render_html(executed: list[Path], out: Path) -> Path:
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter()
-    links = []
-    for nb_path in executed:
-        body, _ = exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))
-        html = out / "html" / (nb_path.stem + ".html")
-        html.parent.mkdir(parents=True, exist_ok=True)
-        html.write_text(body, encoding="utf-8")
-        links.append(f'<li><a href="html/{html.name}">{nb_path.stem}</a></li>')
-    index = out / "index.html"
-    index.write_text("<!doctype html><meta charset=utf-8><title>specdec — the book</title>"
-                     "<h1>specdec: speculative and parallel decoding, executed</h1><ol>"
-                     + "\n".join(links) + "</ol>\n", encoding="utf-8")
-    return index
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="full", help="book/params/<name>.yaml (full or ci)")
     ap.add_argument("--out", default="build/book", help="folder for executed notebooks, figures, tables")
     ap.add_argument("--only", nargs="*", help="run only notebooks whose name starts with these prefixes")
-    ap.add_argument("--html", action="store_true", help="render the executed notebooks to static HTML")
+    ap.add_argument("--html", action="store_true", help="render the executed notebooks as a book, <out>/index.html")
     args = ap.parse_args()
 
     params_file = BOOK / "params" / f"{args.params}.yaml"
@@ -87,15 +69,23 @@ def main() -> int:
         executed.append(done)
         timings.append((src.stem, time.perf_counter() - t, "ok"))
         print(f"[book] {src.name} done in {time.perf_counter() - t:.0f} s", flush=True)
-    if args.html:
-        print(f"[book] HTML: {render_html(executed, out)}")
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
     (out / "timings.csv").write_text("notebook,seconds,status\n" + "".join(
         f"{name},{sec:.1f},{status}\n" for name, sec, status in timings))
+    html_failed = False
+    if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
+        from specdec_core.study.render import BookError, render_book
+
+        t = time.perf_counter()
+        try:
+            index = render_book(out, executed, params_name=args.params, failed=failed)
+            print(f"[book] HTML: {index} (rendered in {time.perf_counter() - t:.0f} s)")
+        except BookError as e:
+            print(f"[book] HTML FAILED: {e}", file=sys.stderr)
+            html_failed = True
     if failed:
         print(f"[book] FAILED notebooks: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failed or html_failed else 0
 
 
 if __name__ == "__main__":

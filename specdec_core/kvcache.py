@@ -43,7 +43,7 @@ class _SlabLayer(CacheLayerMixin):
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
 
-    def lazy_initialization(self, key_states: torch.Tensor):  # buffers exist from the start
+    def lazy_initialization(self, key_states: torch.Tensor, value_states=None):  # buffers exist from the start
         pass
 
     def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
@@ -57,14 +57,16 @@ class _SlabLayer(CacheLayerMixin):
         self.values[:, :, start:end].copy_(value_states)
         return self.keys[:, :, :end], self.values[:, :, :end]
 
-    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
-        return self.owner.length + cache_position.shape[0], 0
+    def get_mask_sizes(self, query) -> tuple[int, int]:  # transformers 4.x: cache_position [T]; 5.x: T
+        return self.owner.length + (query if isinstance(query, int) else query.shape[0]), 0
 
     def get_seq_length(self) -> int:
         return self.owner.length
 
-    def get_max_cache_shape(self) -> int:
+    def get_max_length(self) -> int:
         return self.owner.capacity
+
+    get_max_cache_shape = get_max_length  # the name in transformers 4.x
 
     def reset(self) -> None:
         self.owner.reset()

@@ -53,7 +53,8 @@ class Pair:
         turns = [user_text] if isinstance(user_text, str) else list(user_text)
         msgs = [{"role": "system", "content": system}] if system else []
         msgs += [{"role": "user", "content": t} for t in turns]
-        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt")
+        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt",
+                                                 return_dict=False)  # transformers 5.x returns a dict by default
         return ids[0] if ids.dim() == 2 else ids
 
 

@@ -34,8 +34,8 @@ class _BatchSlab(_SlabLayer):
         self.values.scatter_(2, idx, value_states)
         return self.keys[:, :, :end], self.values[:, :, :end]
 
-    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
-        return int(self.owner.lengths.max()) + cache_position.shape[0], 0
+    def get_mask_sizes(self, query) -> tuple[int, int]:  # transformers 4.x: cache_position [T]; 5.x: T
+        return int(self.owner.lengths.max()) + (query if isinstance(query, int) else query.shape[0]), 0
 
     def get_seq_length(self) -> int:
         return int(self.owner.lengths.max())

@@ -20,10 +20,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ..drafters import Drafter
 from ..sampling import SamplingParams
+from .book import progress as tqdm  # plain tqdm, few updates (tqdm.auto warns "IProgress not found" in a notebook)
 from .profiling import at_context, pass_fn, summarize, sync, time_interleaved
 
 Runner = Callable[[torch.Tensor], dict]  # prompt ids -> {"tokens": list[int], ...extra stats}

@@ -424,7 +424,10 @@ def build_llama(config, dtype: torch.dtype = torch.float32, device="cpu", seed: 
     block instead. ``model.label`` says what it is.
     """
     from transformers import LlamaForCausalLM
-    from transformers.modeling_utils import no_init_weights
+    try:
+        from transformers.modeling_utils import no_init_weights
+    except ImportError:  # transformers 5.x
+        from transformers.initialization import no_init_weights
 
     with torch.device(device), no_init_weights():
         model = LlamaForCausalLM._from_config(config, dtype=dtype)

@@ -1,0 +1,128 @@
+"""The executed CI book reads clean: no warning, traceback, profiler chatter, bare empty frame or escape code.
+
+`make test` runs pytest before it executes the notebooks, then this file again once they are written to
+``build/book-ci/notebooks/``; without that folder (a fresh clone, ``make test-fast``) every test here skips,
+and so does a notebook older than its chapter's source (a stale build says nothing about the chapter now).
+A chapter that leaves out a section at CI size has to say so in a way this file can see: no output may
+announce a section as skipped ("skipped", "not run at this size").
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXECUTED = ROOT / "build" / "book-ci" / "notebooks"
+NOTEBOOKS = sorted(p for p in EXECUTED.glob("[0-9][0-9]_*.ipynb") if not p.name.endswith(".input.ipynb")) \
+    if EXECUTED.is_dir() else []
+
+# what a reader must never meet in an executed chapter's outputs
+FORBIDDEN = {
+    "warning": re.compile(r"Warning"),
+    "traceback": re.compile(r"Traceback"),
+    "profiler USDT line": re.compile(r"USDT"),
+    "bare empty DataFrame": re.compile(r"Empty DataFrame"),
+    "ANSI escape": re.compile(r"\x1b\["),
+}
+# a section that a CI-size run passes over without running its code
+SKIPPED = re.compile(r"\b(skipped|skipping|not run at this size)\b", re.IGNORECASE)
+
+
+def _texts(output) -> list[str]:
+    """Every text an output shows: a stream, an error, or the text/* and JSON data of a result."""
+    if output.get("output_type") == "stream":
+        return [output.get("text", "")]
+    if output.get("output_type") == "error":
+        return [output.get("ename", ""), output.get("evalue", ""), "\n".join(output.get("traceback", []))]
+    out = []
+    for mime, data in (output.get("data") or {}).items():
+        if mime.startswith("text/") or mime.endswith("json"):
+            out.append(data if isinstance(data, str) else "".join(data) if isinstance(data, list) else str(data))
+    return out
+
+
+def _skip_if_stale(path: Path) -> None:
+    src = ROOT / "book" / f"{path.stem}.py"
+    if src.exists() and src.stat().st_mtime > path.stat().st_mtime:
+        pytest.skip(f"{path.name} is older than {src.name}: rerun the CI book (make test does)")
+
+
+def _outputs(path: Path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            for text in _texts(output):
+                yield i, text
+
+
+def _hits(path: Path, patterns: dict) -> list[str]:
+    hits = []
+    for i, text in _outputs(path):
+        for what, pat in patterns.items():
+            for m in pat.finditer(text):
+                line_start = text.rfind("\n", 0, m.start()) + 1
+                line_end = text.find("\n", m.end())
+                line = text[line_start: line_end if line_end >= 0 else None]
+                hits.append(f"cell {i}: {what}: {line.strip()[:160]!r}")
+                break
+    return hits
+
+
+needs_book = pytest.mark.skipif(not NOTEBOOKS, reason=f"no executed CI book under {EXECUTED} (make test writes it)")
+
+
+@needs_book
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_outputs_are_clean(path):
+    _skip_if_stale(path)
+    hits = _hits(path, FORBIDDEN)
+    assert not hits, f"{path.name}:\n" + "\n".join(hits)
+
+
+@needs_book
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_code_cell_ran_and_no_section_skipped(path):
+    """Every code cell executed (papermill numbers each one it runs) and no output says a section was skipped."""
+    import nbformat
+
+    _skip_if_stale(path)
+    nb = nbformat.read(path, as_version=4)
+    unrun = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and c.source.strip() and c.get("execution_count") is None]
+    assert not unrun, f"{path.name}: code cells {unrun} did not run"
+    hits = _hits(path, {"skipped section": SKIPPED})
+    assert not hits, f"{path.name}:\n" + "\n".join(hits)
+
+
+def test_scanner_sees_what_it_must(tmp_path):
+    """The scan itself: each forbidden text is found in a stream, an error and an HTML result."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("1", execution_count=1, outputs=[
+            nbformat.v4.new_output("stream", name="stderr", text="x.py:1: UserWarning: careful\n")]),
+        nbformat.v4.new_code_cell("2", execution_count=2, outputs=[
+            nbformat.v4.new_output("execute_result", data={"text/plain": "Empty DataFrame\nColumns: []"},
+                                   execution_count=2)]),
+        nbformat.v4.new_code_cell("3", execution_count=3, outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="\x1b[31mred\x1b[0m USDT probe\n")]),
+        nbformat.v4.new_code_cell("4", execution_count=4, outputs=[
+            nbformat.v4.new_output("error", ename="ValueError", evalue="bad",
+                                   traceback=["Traceback (most recent call last)"])]),
+    ]
+    p = tmp_path / "nb.ipynb"
+    nbformat.write(nb, p)
+    found = {h.split(": ")[1] for h in _hits(p, FORBIDDEN)}
+    assert found == set(FORBIDDEN)
+    clean = nbformat.v4.new_notebook()
+    clean.cells = [nbformat.v4.new_code_cell("1", execution_count=1, outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="speedup 1.21× (IQR 1.05–1.31): faster\n")])]
+    nbformat.write(clean, p)
+    assert _hits(p, FORBIDDEN) == []

@@ -1,0 +1,165 @@
+"""The GPU reference run and the static-shape step it times, kept alive on CPU.
+
+The run (``scripts/gpu_reference.py``) executes on a lent GPU now and then; here it runs every stage at smoke sizes
+on CPU, so it cannot rot while no GPU is at hand. The static step (``study/compiled.py``) must decode exactly what
+``sd.generate`` decodes, in every mode this machine has; the CUDA-graph mode is checked where CUDA is."""
+import resource
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+import specdec_core as sd
+from specdec_core.lm import CachedLM
+from specdec_core.models import REPO_ROOT
+from specdec_core.study import gpu
+from specdec_core.study.compiled import MODES, StaticLM, chained_steps, greedy_decode
+from conftest import requires_cuda
+
+COLUMNS = {
+    "core.csv": {"check", "what", "passed"},
+    "ceilings.csv": {"source", "dtype", "copy_gbps", "gemm_gflops", "ridge_flop_per_byte"},
+    "pass_times.csv": {"model", "params", "T", "median_ms", "ratio", "S"},
+    "knees.csv": {"source", "model", "t1_ms", "floor_ms", "knee_ideal", "knee_measured", "knee_resolved"},
+    "pair_costs.csv": {"source", "mode", "K", "alpha_source", "alpha", "c", "verify_ratio", "predicted_speedup"},
+    "steps.csv": {"model", "mode", "T", "ms_per_step", "ms_per_token", "of_core", "of_eager", "toy_identical"},
+    "embedded.csv": {"runner", "median", "greedy_equal"},
+}
+PROMPTS = [torch.tensor([1, 5, 3, 7, 2]), torch.tensor([9, 9, 4]), torch.tensor([0, 15, 2, 2, 8, 11, 6])]
+
+
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-reference")
+    t, cpu = time.perf_counter(), _cpu_seconds()
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gpu_reference.py"), "--device", "cpu",
+                           "--smoke", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    return out, proc, time.perf_counter() - t, _cpu_seconds() - cpu
+
+
+def test_smoke_run_passes_every_stage_within_a_minute(smoke_run):
+    """Under a minute of the machine: the run's own CPU time (one thread), which other work on a shared machine
+    does not inflate as it does the wall time (about 20 s on an idle 2-core machine)."""
+    out, proc, wall, cpu = smoke_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "summary.md").read_text()
+    for name, _ in gpu.STAGES:
+        assert f"**{name}**: ok" in summary, summary
+    assert cpu < 60, f"the smoke run took {cpu:.0f} s of CPU time ({wall:.0f} s of wall time)"
+
+
+def test_smoke_run_writes_every_table(smoke_run):
+    out = smoke_run[0]
+    assert sorted(p.name for p in out.iterdir()) == sorted(gpu.FILES)
+    assert len(gpu.FILES) <= 8  # what one device call brings back
+    for name, cols in COLUMNS.items():
+        df = pd.read_csv(out / name)
+        assert len(df) and cols <= set(df.columns), (name, sorted(df.columns))
+    core = pd.read_csv(out / "core.csv")
+    assert core.passed.all() and {"greedy identity", "chi-square", "kv cache"} <= set(core.check)
+    steps = pd.read_csv(out / "steps.csv")
+    assert {"core", "eager", "compile"} <= set(steps["mode"]) and steps.toy_identical.dropna().all()
+    costs = pd.read_csv(out / "pair_costs.csv")
+    assert {"cpu (reference)"} < set(costs.source) and (costs.predicted_speedup > 0).all()
+
+
+def test_smollm2_shape_is_the_embedded_targets():
+    cfg = REPO_ROOT / "data" / "models" / "smollm2-135m" / "config.json"
+    if not cfg.exists():
+        pytest.skip("the embedded target is not converted yet")
+    import json
+
+    real = json.loads(cfg.read_text())
+    for key, value in gpu.SMOLLM2_135M.items():
+        assert real[key] == pytest.approx(value), key
+
+
+def test_alpha_and_cpu_costs_come_from_the_reference():
+    ref = gpu.cpu_alpha()
+    assert 0 < ref["alpha"]["greedy"] < 1 and 0 < ref["alpha"]["T=1"] < 1
+    assert 0 < ref["c"] < 1 and ref["verify_ratio"]
+
+
+def test_cache_checks_pass_on_cpu(toy16):
+    rows = gpu.cache_checks(toy16, torch.device("cpu"))
+    assert [r["check"] for r in rows] == ["rollback", "compaction"] and all(r["passed"] for r in rows)
+
+
+# -- the static step ---------------------------------------------------------------------------------------------
+def _reference(pair, prompt, n):
+    return sd.generate(pair.target, prompt, max_new_tokens=n).tokens
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_static_step_decodes_what_generate_decodes(toy16, mode):
+    """Dynamo traces the step as Inductor would (``aot_eager`` skips the code generation; the Inductor run is
+    the slow test below)."""
+    lm = StaticLM(toy16.target, 48, mode, backend="aot_eager")
+    for prompt in PROMPTS:
+        assert greedy_decode(lm, prompt, 24) == _reference(toy16, prompt, 24)
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_decodes_what_generate_decodes(toy16):
+    """The real compilation (Inductor's C++ kernels on CPU; about a minute on a cold cache): same greedy tokens."""
+    lm = StaticLM(toy16.target, 48, "compile")
+    for prompt in PROMPTS[:2]:
+        assert greedy_decode(lm, prompt, 16) == _reference(toy16, prompt, 16)
+
+
+def test_greedy_decode_stops_at_eos(toy16):
+    lm, prompt = StaticLM(toy16.target, 48), PROMPTS[0]
+    full = _reference(toy16, prompt, 20)
+    eos = full[5]
+    cut = full[: full.index(eos) + 1]
+    assert greedy_decode(lm, prompt, 20, eos={eos}) == cut
+
+
+def test_static_step_never_reads_rejected_entries(toy16):
+    """A verify-shaped step over K + 1 tokens, K - 1 of them rolled back, then one more step: the logits equal a
+    fresh pass over the kept sequence (the stale entries past the length are masked, then overwritten)."""
+    lm = StaticLM(toy16.target, 32)
+    prompt = PROMPTS[2]
+    lm.prefill(prompt)
+    lm.step(torch.tensor([3, 1, 4, 1, 5]))
+    lm.cache.rollback(3)
+    got = lm.step(torch.tensor([9]))[-1]
+    seq = prompt.tolist() + [3, 1, 9]
+    want = CachedLM(toy16.target, len(seq)).forward(torch.tensor(seq))[-1]
+    assert torch.allclose(got, want, atol=1e-10, rtol=0)
+
+
+def test_chained_steps_leave_the_cache_as_it_was(toy16):
+    lm = StaticLM(toy16.target, 40)
+    lm.prefill(PROMPTS[0])
+    before = lm.length
+    chained_steps(lm, 6, T=3)
+    assert lm.length == before
+
+
+def test_static_step_checks_its_arguments(toy16):
+    with pytest.raises(ValueError, match="unknown mode"):
+        StaticLM(toy16.target, 8, "fast")
+    with pytest.raises(ValueError, match="CUDA"):
+        StaticLM(toy16.target, 8, "graph")
+    lm = StaticLM(toy16.target, 8)
+    with pytest.raises(ValueError, match="does not fit"):
+        lm.prefill(torch.arange(9) % 16)
+    assert set(MODES) == {"eager", "compile", "reduce-overhead", "graph"}
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["graph", "reduce-overhead"])
+def test_captured_step_decodes_what_generate_decodes(mode):
+    pair = sd.toy_pair(vocab_size=16, seed=1, device="cuda")
+    lm = StaticLM(pair.target, 48, mode)
+    for prompt in PROMPTS:
+        assert greedy_decode(lm, prompt, 24) == _reference(pair, prompt, 24)
