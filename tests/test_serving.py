@@ -26,10 +26,9 @@ SPECS = [("autoregressive", None), ("linear", "model"), ("linear", "ngram"), ("p
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+    """Toy models are fastest on one thread (and timing-independent of other work on the machine)."""
+    with ex.torch_threads(1):
+        yield
 
 
 def _kw(pair, method, drafter, **kw):

@@ -28,10 +28,8 @@ ALPHA = 1e-3  # chi-square level of every statistical test here
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Toy models are fastest on one thread (and timing-independent of other work on the machine)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+    with ex.torch_threads(1):
+        yield
 
 
 # -- trees as data ------------------------------------------------------------------------------
