@@ -61,6 +61,18 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
     return pd.DataFrame(rows)
 
 
+def _call_row(r, keep_steps: bool) -> dict:
+    """The row every decode runner reports for one call's :class:`~specdec_core.record.Result`."""
+    s = r.stats
+    acc, prop = s.accepted_lengths, s.proposed
+    row = {"tokens": r.tokens, "tau": s.tau, "accepted": sum(acc), "proposed": sum(prop),
+           "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s.target_passes,
+           "decode_s": s.decode_s, "decode_tokens": max(0, len(r.tokens) - 1), **latency_percentiles(s.token_times)}
+    if keep_steps:
+        row["accepted_lengths"] = acc
+    return row
+
+
 def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_steps: bool = False,
                     **generate_kwargs) -> Runner:
     """A runner calling :func:`specdec_core.generate`; its row carries the speculative counts (accepted,
@@ -69,17 +81,8 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
     from ..decode import generate
 
     def run(ids):
-        r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
-                     **generate_kwargs)
-        s = r.stats
-        acc, prop = s["accepted_lengths"], s["proposed"]
-        row = {"tokens": r.tokens, "tau": s["tau"], "accepted": sum(acc), "proposed": sum(prop),
-               "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s["target_passes"],
-               "decode_s": s["decode_s"], "decode_tokens": max(0, len(r.tokens) - 1),
-               **latency_percentiles(s["token_times"])}
-        if keep_steps:
-            row["accepted_lengths"] = acc
-        return row
+        return _call_row(generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
+                                  **generate_kwargs), keep_steps)
     return run
 
 
@@ -97,20 +100,12 @@ def decode_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_st
         r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
                      **generate_kwargs)
         s = r.stats
-        acc, prop = s.accepted_lengths, s.proposed
         if outputs is not None:
             outputs[tuple(torch.as_tensor(ids).view(-1).tolist())] = r.tokens
-        row = {"tokens": r.tokens, "tau": s.tau, "accepted": sum(acc), "proposed": sum(prop),
-               "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s.target_passes,
-               "decode_s": s.decode_s, "decode_tokens": max(0, len(r.tokens) - 1),
-               **latency_percentiles(s.token_times),
-               "steps": len(acc), "draft_passes": s.draft_passes,
-               "accepted_per_step": float(np.mean(acc)) if acc else float("nan"),
-               "drafted_per_step": float(np.mean(s.drafted)) if s.drafted else float("nan"),
-               **{f"{ph}_s": getattr(s, f"{ph}_s") for ph in PHASES}}
-        if keep_steps:
-            row["accepted_lengths"] = acc
-        return row
+        return {**_call_row(r, keep_steps), "steps": len(s.accepted_lengths), "draft_passes": s.draft_passes,
+                "accepted_per_step": float(np.mean(s.accepted_lengths)) if s.accepted_lengths else float("nan"),
+                "drafted_per_step": float(np.mean(s.drafted)) if s.drafted else float("nan"),
+                **{f"{ph}_s": getattr(s, f"{ph}_s") for ph in PHASES}}
     return run
 
 
