@@ -60,7 +60,7 @@ class BlockDraftModel(DraftModel):
         m.head = draft.head.detach().clone()
         with torch.no_grad():
             if mask_embed is None:
-                w = draft.embedding.weight.detach().to(torch.float64)
+                w = draft.embedding.weight.detach().to("cpu", torch.float64)  # the seeded noise is drawn on CPU
                 g = torch.Generator().manual_seed(seed)
                 noise = torch.randn(max_block - 1, w.shape[1], generator=g, dtype=torch.float64)
                 mask_embed = w.mean(0) + 0.1 * w.std() * noise
