@@ -133,6 +133,30 @@ def test_batch_cache_moves_pointers_per_row(toy):
         c.advance(torch.tensor([0, 0, 12]))
 
 
+@pytest.mark.parametrize("rows", [PROMPTS, [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]]])
+def test_prefill_row_by_row_equals_the_padded_pass(toy16, rows):
+    """Both prefill layouts leave the same committed keys and values and return the same last logits (float64):
+    the row-by-row path (mostly padding, as ``PROMPTS``) is chosen by the padding share, the other forced here."""
+    from specdec_core.serving.cache import BatchLM
+
+    pad = sum(max(map(len, rows)) - len(r) for r in rows) / (max(map(len, rows)) * len(rows))
+    out = {}
+    for share in (0.0, 1.0):  # 0: row by row whenever there is any padding; 1: always one padded pass
+        lm = BatchLM(toy16.target, len(rows), 16)
+        lm.MAX_PADDING = share
+        logits = lm.prefill(rows, keep_last=min(map(len, rows)))
+        kv = [(L.keys[r, :, s:e], L.values[r, :, s:e]) for L in lm.cache.layers
+              for r, (s, e) in enumerate(zip(lm.cache.starts.tolist(), lm.cache.lengths.tolist()))]
+        out[share] = logits, kv, lm.forward([[3]] * len(rows))[:, 0]  # a decode step reads the cache after it
+    (a, kv_a, next_a), (b, kv_b, next_b) = out[0.0], out[1.0]
+    assert pad > 0 and torch.allclose(a, b, rtol=0, atol=1e-10) and torch.allclose(next_a, next_b, rtol=0, atol=1e-10)
+    assert all(torch.allclose(x, y, rtol=0, atol=1e-10) for (x, _), (y, _) in zip(kv_a, kv_b))
+    assert all(torch.allclose(x, y, rtol=0, atol=1e-10) for (_, x), (_, y) in zip(kv_a, kv_b))
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="keep_last"):
+            BatchLM(toy16.target, 1, 8).prefill([[1, 2]], keep_last=bad)
+
+
 def test_bad_batch_input_is_named(toy):
     with pytest.raises(ValueError, match="supports methods"):
         sd.generate_batch(toy.target, PROMPTS, method="tree", drafter=toy.drafter)

@@ -9,19 +9,22 @@ which row r's query t sees its own committed slots and its own new tokens up to 
 left padding) is masked. Rows therefore never need re-padding when they accept different numbers of
 tokens: committing n tokens is ``lengths[r] += n`` and rolling back is ``lengths[r] -= n``, pointer moves.
 
-The first pass (:meth:`BatchLM.prefill`) left-pads the rows so their last tokens align; ``starts[r]`` is
-row r's padding, and rotary positions are ``slot - starts[r]``, so each row sees exactly the positions it
+The first pass (:meth:`BatchLM.prefill`) left-pads the rows so their last tokens align (or, when that would
+be mostly padding, prefills each row alone into its slots); ``starts[r]`` is row r's padding, and rotary positions are ``slot - starts[r]``, so each row sees exactly the positions it
 would see alone. The cost of this layout: a pass attends over the longest row's window (masked slots are
 computed and discarded), and a row that finished still rides along in the batch until every row is done.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
 from transformers.cache_utils import Cache
 
 from ..kvcache import _SlabLayer
+from ..lm import CachedLM
+
 
 
 class _BatchSlab(_SlabLayer):
@@ -98,8 +101,50 @@ class BatchKVCache(Cache):
         return int(self.lengths.max())
 
 
+GQA_SDPA = "specdec_batch_sdpa"
+
+
+def _gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' ``sdpa`` attention, except that grouped key/value heads go to the kernel as they are
+    (``enable_gqa``) also under a mask: transformers copies them out to every query head whenever a mask is given,
+    and a batch pass always has one (B rows × 3× the keys and values of every layer, copied each step)."""
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_gqa_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(GQA_SDPA, _gqa_sdpa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_SDPA, sdpa_mask)  # never used: batch passes bring their 4D mask
+
+
+_register_gqa_sdpa()
+
+
+@contextmanager
+def grouped_query_attention(model):
+    """Within the block, a model configured for ``sdpa`` runs :func:`_gqa_sdpa` (the same kernel, the same
+    numbers); any other attention implementation is left alone. Restored on exit, also after an error."""
+    cfg = model.config
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    cfg._attn_implementation = GQA_SDPA
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = "sdpa"
+
+
 class BatchLM:
     """A model bound to a :class:`BatchKVCache`; rows hold token lists of different lengths."""
+
+    MAX_PADDING = 0.25  # the share of padding above which :meth:`prefill` prefills row by row
 
     def __init__(self, model, batch: int, capacity: int):
         self.model = model
@@ -111,18 +156,38 @@ class BatchLM:
     def _pass(self, ids: torch.Tensor, keep_last: int = 0, **model_kwargs) -> torch.Tensor:
         T = ids.shape[1]
         pos = (self.cache.lengths - self.cache.starts)[:, None] + torch.arange(T, device=self.device)
-        out = self.model(input_ids=ids.to(self.device), position_ids=pos.clamp_min(0),
-                         cache_position=torch.arange(T, device=self.device), attention_mask=self.cache.mask(T, self.dtype),
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep_last, **model_kwargs)
+        with grouped_query_attention(self.model):
+            out = self.model(input_ids=ids.to(self.device), position_ids=pos.clamp_min(0),
+                             cache_position=torch.arange(T, device=self.device),
+                             attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=keep_last, **model_kwargs)
         return out.logits
 
     def prefill(self, rows: list[list[int]], keep_last: int = 1, uncommitted_tail: int = 0, **model_kwargs):
         """The first pass: rows left-padded to a common length (their last tokens aligned), the last
-        ``keep_last`` rows of logits returned ``[B, keep_last, V]``; all but ``uncommitted_tail`` tokens commit."""
+        ``keep_last`` rows of logits returned ``[B, keep_last, V]``; all but ``uncommitted_tail`` tokens commit.
+
+        When padding would exceed :attr:`MAX_PADDING` of the padded pass's tokens, each row is instead prefilled
+        alone (a single-sequence pass, exactly the one ``generate`` makes) and its keys and values are copied
+        into its slots: B short passes cost less than one pass that is mostly padding."""
+        if keep_last < 1 or keep_last > min(map(len, rows)):
+            raise ValueError(f"prefill returns the last keep_last = {keep_last} logits of every row: at least 1 and "
+                             f"at most the shortest row's {min(map(len, rows))} tokens")
         T = max(len(r) for r in rows)
-        self.cache.reset(torch.tensor([T - len(r) for r in rows]))
-        ids = torch.tensor([[0] * (T - len(r)) + list(r) for r in rows], dtype=torch.long)
-        logits = self._pass(ids, keep_last, **model_kwargs)
+        starts = [T - len(r) for r in rows]
+        self.cache.reset(torch.tensor(starts))
+        if sum(starts) <= self.MAX_PADDING * T * len(rows):
+            ids = torch.tensor([[0] * s + list(r) for s, r in zip(starts, rows)], dtype=torch.long)
+            logits = self._pass(ids, keep_last, **model_kwargs)
+        else:
+            one, out = CachedLM(self.model, T), []
+            for r, (s, row) in enumerate(zip(starts, rows)):
+                one.cache.reset()
+                out.append(one.forward(torch.tensor(row, dtype=torch.long), keep_last=keep_last, **model_kwargs))
+                for dst, src in zip(self.cache.layers, one.cache.layers):
+                    dst.keys[r, :, s:T] = src.keys[0, :, :len(row)]
+                    dst.values[r, :, s:T] = src.values[0, :, :len(row)]
+            logits = torch.stack(out)
         self.cache.advance(torch.full((len(rows),), T - uncommitted_tail))
         return logits
 

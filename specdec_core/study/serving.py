@@ -34,9 +34,13 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
 
     ``methods``: name → ``generate_batch`` keyword arguments (``method``, ``drafter``, ``k``); a method whose
     arguments hold ``single=True`` is instead :func:`~specdec_core.generate` on the one prompt (B = 1 only),
-    the reference for the batch path's own overhead. Per call: ``tokens_per_s`` (all rows' tokens ÷ wall
-    time), ``latency_s`` (median over rows of the time the row's last token was known), ``tau`` (tokens per
-    row and target pass), ``outputs`` (the rows' tokens, to check that every method decoded the same text).
+    the reference for the batch path's own overhead; one with ``one_at_a_time=True`` runs ``generate`` on each of
+    the B prompts in turn (the same requests served without batching; its times are since the first request),
+    at the batch sizes ``at`` (default: every one). Per call: ``tokens_per_s`` (all rows' tokens ÷ wall
+    time), ``prefill_s`` (until the first tokens), ``decode_tokens_per_s`` (the tokens after the first ÷ the
+    time after it: the decode loop alone), ``latency_s`` (median over rows of the time the row's last token
+    was known), ``tau`` (tokens per row and target pass), ``outputs`` (the rows' tokens, to check that every
+    method decoded the same text).
     """
     from ..decode import generate
 
@@ -45,18 +49,31 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
         prompts = batch_prompts(encoded, B)
         sync()
         t = time.perf_counter()
+        in_turn, _ = kw.pop("one_at_a_time", False), kw.pop("at", None)
         if kw.pop("single", False):
             res = [generate(target, prompts[0], max_new_tokens=max_new_tokens, **kw)]
+        elif in_turn:  # the same B requests served one after another
+            res, t_done = [], 0.0
+            for p in prompts:
+                r = generate(target, p, max_new_tokens=max_new_tokens, **kw)
+                r.stats.token_times = [t_done + x for x in r.stats.token_times]
+                t_done = time.perf_counter() - t
+                res.append(r)
         else:
             res = generate_batch(target, prompts, max_new_tokens=max_new_tokens, **kw).results
         sync()
         wall = time.perf_counter() - t
         n = sum(len(r.tokens) for r in res)
-        return dict(method=name, B=B, tokens=n, seconds=wall, tokens_per_s=n / wall,
+        first = min(r.stats.token_times[0] for r in res)  # the (first) prefill's end
+        decode_s = (sum(r.stats.token_times[-1] - r.stats.token_times[0] for r in res) if in_turn else
+                    max(r.stats.token_times[-1] for r in res) - first)  # a batch's rows decode together
+        return dict(method=name, B=B, tokens=n, seconds=wall, tokens_per_s=n / wall, prefill_s=first,
+                    decode_tokens_per_s=(n - len(res)) / decode_s if decode_s > 0 else float("nan"),
                     latency_s=float(np.median([r.stats.token_times[-1] for r in res])),
                     tau=float(np.mean([r.stats.tau for r in res])), outputs=[r.tokens for r in res])
 
-    plan = [(name, B) for B in batch_sizes for name in methods if not (methods[name].get("single") and B != 1)]
+    plan = [(name, B) for B in batch_sizes for name in methods if not (methods[name].get("single") and B != 1)
+            and not (methods[name].get("one_at_a_time") and B not in methods[name].get("at", batch_sizes))]
     for _ in range(warmup):
         for name in dict.fromkeys(n for n, _ in plan):
             call(name, min(batch_sizes))
