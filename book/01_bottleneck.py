@@ -71,7 +71,7 @@ import torch
 from IPython.display import Markdown
 
 from specdec_core.lm import CachedLM
-from specdec_core.study import blas, book
+from specdec_core.study import blas, book, gpu
 from specdec_core.study import profiling as pf
 
 ch = book.setup(out_dir, model, device=device, dtype=dtype, reference=True)  # CSVs tagged with the device
@@ -689,6 +689,51 @@ fails["roof_t2_over_t1"] = [pf.roofline_time(cost(2, S), BW, PEAK) / pf.roofline
                             for S in fails.index]
 ch.save(fails.reset_index(), "long_context")
 fails.round(3)
+
+# %% [markdown]
+# ## 10. The same curves on a GPU (the committed reference run)
+#
+# `make gpu-reference` runs this chapter's measurements on a GPU in one command (`data/reference/README.md`);
+# its tables are committed under `data/reference/cuda-<device>/`. They come from another machine and another
+# run, so only what is dimensionless is set beside this run's: the ridge point (FLOP per byte) and t(T)/t(1).
+# On a GPU a small model's eager pass can be bound by kernel launches and Python rather than by memory
+# (gpt-fast's lesson): the `graph` rows replay the same pass as one captured CUDA graph, what remains when
+# launching costs almost nothing, and the `core` rows are the library's eager pass. The roofline moves the knee
+# with the ridge point (section 5); the lines below say where each measured knee fell, and how far each t(1)
+# sits above its weight-streaming floor.
+
+# %%
+gref = gpu.load_reference()
+if not gref:
+    print("no GPU reference run under data/reference/cuda-*/: run `make gpu-reference` on a GPU machine")
+else:
+    g_ceil = gref["ceilings"].iloc[0]
+    ridge_here = PEAK / BW
+    print(f"ridge point: {gref['tag']} ({g_ceil['dtype']}) {g_ceil.ridge_flop_per_byte:.0f} FLOP/B; this run "
+          f"({tag}, {dtype}) {ridge_here:.1f} FLOP/B: {g_ceil.ridge_flop_per_byte / ridge_here:.0f}x further right")
+    here = passes[passes.S == S0][["T", "ratio"]].assign(source=f"{tag} (this run), {model}, S={S0}")
+    there = gref["pass_times"][gref["pass_times"]["mode"] == "graph"]  # eager GPU rows: launch-bound, in the table
+    there = there.assign(source=gref["tag"] + ", " + there.model + ", graph, S=" + there.S.astype(str))
+    there = there[["T", "ratio", "source"]]
+    curves = pd.concat([here, there], ignore_index=True)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sns.lineplot(data=curves, x="T", y="ratio", hue="source", marker="o", ax=ax)
+    ax.plot([1, curves["T"].max()], [1, curves["T"].max()], color="grey", lw=0.8, ls=":", label="t ∝ T")
+    ax.set(xscale="log", yscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)",
+           ylim=(0.8, 1.5 * curves.ratio.max()), title="t(T) / t(1): this CPU run against the GPU reference run")
+    ax.legend(fontsize=7)
+    ch.savefig(fig, "gpu_side_by_side")
+    t_top = int(gref["pass_times"]["T"].max())
+    gk = gref["knees"][gref["knees"].source == gref["tag"]]
+    gk = gk[["model", "mode", "t1_ms", "floor_ms", "of_copy_bw", "knee_ideal", "knee_measured", "knee_resolved"]]
+    ch.save(gk, "gpu_knees")
+    lines = [f"- **{r.model}, {r.mode}**: t(1) {r.t1_ms:.2f} ms against a {r.floor_ms:.3f} ms weight-streaming "
+             f"floor ({r.of_copy_bw:.1%} of the copy bandwidth); knee at the ridge point {r.knee_ideal:.0f} tokens, "
+             f"measured {r.knee_measured:.0f}" + ("" if r.knee_resolved else f" (not resolved by T = {t_top})")
+             for r in gk.itertuples()]
+    lines.append(f"- **This run ({tag})**: knee at the ridge point {k0.knee_ideal:.1f} tokens, measured "
+                 f"{k0.knee_measured:.1f} (S = {S0}).")
+    display(Markdown("\n".join(lines)))
 
 # %% [markdown]
 # ## This run in numbers

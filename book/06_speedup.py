@@ -68,7 +68,7 @@ import seaborn as sns
 from IPython.display import Markdown
 
 import specdec_core as sd
-from specdec_core.study import bench, book, peers, report, theory
+from specdec_core.study import bench, book, gpu, peers, report, theory
 
 
 class _NoAssistantDefaults(logging.Filter):
@@ -294,6 +294,38 @@ if "linear (draft model)" in methods:
     ch.savefig(fig, "theory_calls")
     if assert_theory:
         assert rel < theory_tolerance, f"theory and measurement disagree by {rel:.1%}"
+
+# %% [markdown]
+# ## The same draft on a GPU: the best K its costs predict
+# α belongs to the weights, c and the verify cost to the hardware. So this run's α (linear SD with the draft
+# model, greedy, pooled over the headline run) goes into Theorem 3.8 with three cost sets: this run's (section
+# "The pass costs on this machine") and the committed GPU reference run's (`data/reference/cuda-*/`,
+# `make gpu-reference`), measured there with the library's eager passes (`core`) and with the same passes captured
+# in CUDA graphs (`graph`). Predictions only: the GPU run had random weights of the same shapes, and no trained
+# pair was decoded there.
+
+# %%
+gref = gpu.load_reference()
+g0_lin = runs[(runs.temperature == 0.0) & (runs.runner == "linear (draft model)")]
+if not gref or g0_lin.empty:
+    print("skipped:", "no GPU reference run under data/reference/cuda-*/" if not gref
+          else "no greedy linear run with the draft model in `methods`")
+else:
+    alpha_run = g0_lin.accepted.sum() / max(1, g0_lin.accepted.sum() + g0_lin.rejections.sum())
+    by_device = gpu.speedup_by_device(alpha_run, range(1, 9), {f"{ch.tag} (this run) / core": (
+        costs["c"], costs["verify_ratio"]), **gpu.reference_costs(gref)})
+    ch.save(by_device, "gpu_predicted_k")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.lineplot(data=by_device, x="K", y="predicted_speedup", hue="source", marker="o", ax=ax)
+    ax.axhline(1, color="grey", lw=1)
+    ax.set(ylabel="predicted speedup (Theorem 3.8)", title=f"the same draft (α = {alpha_run:.2f}) on two machines")
+    ax.legend(fontsize=7)
+    ch.savefig(fig, "gpu_predicted_k")
+    best = by_device[by_device.best_k]
+    display(Markdown("\n".join(
+        f"- **{r.source}**: c = {r.c:.3f}, best K = {r.K} (t(K+1)/t(1) = {r.verify_ratio:.2f}), predicted "
+        f"{r.predicted_speedup:.3f}× — speculation " + ("pays" if r.predicted_speedup > 1 else "does not pay")
+        + " with this draft" for r in best.itertuples())))
 
 # %% [markdown]
 # ## Summary
