@@ -25,6 +25,8 @@ KEEP = [
     "06_speedup/summary.csv", "06_speedup/theory_check.csv", "06_speedup/theory_calls.csv",
     "06_speedup/speedup_vs_k.csv", "06_speedup/latency.csv", "06_speedup/speedup_by_task.png",
     "06_speedup/theory_calls.png",
+    "08_adaptive/tuning.csv", "08_adaptive/eval_overall.csv", "08_adaptive/eval_by_task.csv", "08_adaptive/tuning.png",
+    "08_adaptive/eval_by_task.png",
     "09_serving/batch_runs.csv", "09_serving/speedup_vs_batch.csv", "09_serving/pass_costs.csv",
     "09_serving/streaming_latency.csv", "09_serving/throughput_vs_batch.png", "09_serving/speedup_vs_batch.png",
     "09_serving/arrivals.png",

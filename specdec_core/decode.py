@@ -49,7 +49,8 @@ def headroom(method: str, k: int, tree=None) -> int:
 
 def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int = 0, cache_len: int | None = None, tree=None, rule=None, streamer=None) -> Result:
+             seed: int = 0, cache_len: int | None = None, tree=None, rule=None, streamer=None,
+             confidence: float | None = None) -> Result:
     """Decode ``max_new_tokens`` after ``input_ids`` (``[S]`` ids, already chat-templated).
 
     method: ``"autoregressive"``, ``"linear"``, ``"tree"`` or ``"parallel"``; ``k`` is the draft length /
@@ -59,10 +60,12 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
     :func:`~specdec_core.verify.speculative_sample`, or :func:`~specdec_core.verify.tree_speculative_sample`
     for trees); the negative controls of chapter 2 pass theirs. ``streamer``: an object with ``put(ids)`` and
     ``end()`` (transformers' ``TextStreamer`` works): it receives the prompt, then each step's new tokens.
+    ``confidence``: θ in (0, 1] (linear and parallel): ``k`` becomes the most a step drafts, and drafting stops
+    before the first position after the first whose draft law's largest probability is below θ.
     Returns a :class:`Result` (``.tokens`` new tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
     run = _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
-                   cache_len, tree, rule)
+                   cache_len, tree, rule, confidence)
     stats, tokens = run[-1], []
     if streamer is not None:
         streamer.put(run[2].view(1, -1))
@@ -77,16 +80,16 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
 
 def stream(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4, max_new_tokens: int = 64,
            temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, cache_len: int | None = None,
-           tree=None, rule=None) -> Iterator[list[int]]:
+           tree=None, rule=None, confidence: float | None = None) -> Iterator[list[int]]:
     """:func:`generate`'s arguments; yields the tokens each step commits, as it commits them (the first list is
     the prefill's one token). The lists joined are ``generate(...).tokens``. Arguments are checked at the call,
     before the first step."""
     return steps(*_prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
-                           cache_len, tree, rule))
+                           cache_len, tree, rule, confidence))
 
 
 def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed, cache_len,
-             tree, rule):
+             tree, rule, confidence=None):
     """Validate the arguments; return what :func:`~specdec_core.loop.steps` takes."""
     params = SamplingParams(temperature, top_k, top_p)
     if method not in METHODS:
@@ -95,6 +98,9 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if confidence is not None and (method not in ("linear", "parallel") or not 0 < confidence <= 1):
+        raise ValueError(f"confidence must be in (0, 1] with method 'linear' or 'parallel' (trees grow by confidence "
+                         f"with a Dynamic shape), got {confidence!r} with {method!r}")
     cfg = target.config.get_text_config()
     prompt = _prompt_tensor(input_ids, cfg.vocab_size)
     if method != "autoregressive":
@@ -107,16 +113,12 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
     if prompt.numel() + extra > capacity:
         raise ValueError(f"prompt of {prompt.numel()} tokens is longer than the KV cache of {capacity} positions")
     if capacity < need:
-        raise ValueError(
-            f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) + step headroom ({extra}) "
-            f"exceed the KV cache of {capacity} positions"
-        )
+        raise ValueError(f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) + step headroom ({extra}) "
+                         f"exceed the KV cache of {capacity} positions")
     max_pos = getattr(cfg, "max_position_embeddings", None)
     if max_pos is not None and prompt.numel() + max_new_tokens > max_pos:
-        raise ValueError(
-            f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) exceed the model's "
-            f"{max_pos} positions"
-        )
+        raise ValueError(f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) exceed the model's "
+                         f"{max_pos} positions")
     gen = make_generator(next(target.parameters()).device, seed)
     if method == "autoregressive":
         spec = Autoregressive(params, gen)
@@ -124,5 +126,5 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
         shape = resolve_shape(tree, k)
         spec = TreeSearch(params, gen, drafter, k, shape, **({"rule": rule} if rule else {}))
     else:
-        spec = Linear(params, gen, drafter, k, name=method, **({"rule": rule} if rule else {}))
+        spec = Linear(params, gen, drafter, k, name=method, confidence=confidence, **({"rule": rule} if rule else {}))
     return spec, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method)

@@ -4,9 +4,10 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
 
 - ``bind(target)``: check the drafter fits the target (same vocabulary) before decoding.
 - ``reset(prompt, capacity)``: start a new sequence.
-- ``propose(context, k, params, generator) -> Draft``: ``context`` is every token so far (prompt and
-  generated, the last one not yet seen by the target). Returns up to ``k`` tokens and ``q [k', V]``
-  (``None`` when greedy: the greedy verifier needs only tokens).
+- ``propose(context, k, params, generator, confidence=None) -> Draft``: ``context`` is every token so far (prompt
+  and generated, the last one not yet seen by the target). Returns up to ``k`` tokens and ``q [k', V]`` (``None``
+  when greedy: the greedy verifier needs only tokens); with ``confidence=θ``, it stops before the first position
+  after the first whose law's largest probability is below θ (:func:`~specdec_core.sampling.confidence`).
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
 
@@ -31,6 +32,7 @@ import torch
 
 from .lm import CachedLM
 from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits, sample
+from .sampling import confidence as conf_of
 from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
 
 
@@ -49,14 +51,13 @@ class Drafter:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""
         vt = target.config.get_text_config().vocab_size
         if self.vocab_size is not None and self.vocab_size != vt:
-            raise ValueError(
-                f"tokenizer mismatch: {self.name} drafter has a vocabulary of {self.vocab_size}, target has {vt}"
-            )
+            raise ValueError(f"tokenizer mismatch: {self.name} drafter has a vocabulary of {self.vocab_size}, "
+                             f"target has {vt}")
 
     def reset(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
 
-    def propose(self, context: list[int], k: int, params: SamplingParams, generator) -> Draft:
+    def propose(self, context: list[int], k: int, params: SamplingParams, generator, confidence=None) -> Draft:
         raise NotImplementedError
 
     def accept(self, n: int) -> None:
@@ -91,20 +92,22 @@ class ModelDrafter(Drafter):
             self.lm = CachedLM(self.model, capacity)
         self.lm.cache.reset()
 
-    def propose(self, context, k, params, generator):
+    def propose(self, context, k, params, generator, confidence=None):
         lm = self.lm
         self._base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, last_only=True)[-1]
-        tokens, qs = [], []
+        tokens, qs, passes = [], [], 1
         for i in range(k):
             t, q = choose(logits, params, generator)
+            if i and confidence is not None and conf_of(logits, q) < confidence:
+                break  # the draft's own law at this position decides: the target is never consulted
             tokens.append(t)
             qs.append(q)
             if i + 1 < k:
-                logits = lm.forward(torch.tensor([t]), last_only=True)[-1]
+                logits, passes = lm.forward(torch.tensor([t]), last_only=True)[-1], passes + 1
         q = None if params.greedy else torch.stack(qs)
-        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
+        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes)
 
     def accept(self, n):
         keep = self._base + n
@@ -170,7 +173,7 @@ class NGramDrafter(Drafter):
                     return context[start + n:start + n + k]
         return []
 
-    def propose(self, context, k, params, generator):
+    def propose(self, context, k, params, generator, confidence=None):  # q one-hot: confidence 1, never stops
         toks = torch.tensor(self.lookup(context, k), dtype=torch.long)
         q = None
         if not params.greedy:
@@ -271,15 +274,18 @@ class BlockDrafter(Drafter):
         q[:, self.model.vocab] = q_sub
         return q_sub, q
 
-    def propose(self, context, k, params: SamplingParams, generator) -> Draft:
-        """Up to ``min(k, max_block)`` tokens in one pass; x_i ~ q_i = process_logits(row i) (greedy: argmax)."""
+    def propose(self, context, k, params: SamplingParams, generator, confidence=None) -> Draft:
+        """Up to ``min(k, max_block)`` tokens in one pass; x_i ~ q_i = process_logits(row i) (greedy: argmax);
+        ``confidence``: the block is cut before its first unconfident row after the first."""
         k = min(k, self.max_block)
         sub = self._block_pass(context, k)
         vocab = self.model.vocab
-        if params.greedy:
-            return Draft(vocab[sub.argmax(-1)].cpu(), None, passes=1)
-        q_sub, q = self._laws(sub, params)  # q: exactly the laws the tokens are drawn from
-        return Draft(vocab[sample(q_sub, generator)].cpu(), q, passes=1)
+        q_sub, q = (None, None) if params.greedy else self._laws(sub, params)  # q: the laws drawn from
+        if confidence is not None:
+            low = (conf_of(sub, q_sub)[1:] < confidence).nonzero()
+            k = 1 + int(low[0]) if len(low) else k
+        toks = sub[:k].argmax(-1) if params.greedy else sample(q_sub, generator)[:k]
+        return Draft(vocab[toks].cpu(), None if q is None else q[:k], passes=1)
 
     def accept(self, n):
         pass  # the cache holds the committed context only: the accepted tokens are fed next time

@@ -27,17 +27,9 @@ class CachedLM:
         return self.cache.length
 
     @torch.inference_mode()
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        last_only: bool = False,
-        hidden: bool = False,
-        commit: bool | int = True,
-        keep_last: int = 0,
-        **model_kwargs,
-    ):
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                last_only: bool = False, hidden: bool = False, commit: bool | int = True, keep_last: int = 0,
+                **model_kwargs):
         """Run ``tokens [T]`` at cache slots ``[length, length + T)``.
 
         positions: ``[T]`` rotary positions (default: the slots themselves; trees pass depths).
@@ -50,23 +42,14 @@ class CachedLM:
         """
         T, start = tokens.numel(), self.cache.length
         if start + T > self.cache.capacity:
-            raise ValueError(
-                f"sequence of {start + T} tokens does not fit the KV cache of {self.cache.capacity} positions"
-            )
+            raise ValueError(f"sequence of {start + T} tokens does not fit the KV cache of {self.cache.capacity} "
+                             "positions")
         ids = tokens.to(self.device).view(1, T)
         cache_position = torch.arange(start, start + T, device=self.device)
         pos = cache_position if positions is None else positions.to(self.device)
-        out = self.model(
-            input_ids=ids,
-            position_ids=pos.view(1, T),
-            cache_position=cache_position,
-            attention_mask=mask,
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=1 if last_only else keep_last,
-            output_hidden_states=hidden,
-            **model_kwargs,
-        )
+        out = self.model(input_ids=ids, position_ids=pos.view(1, T), cache_position=cache_position, attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1 if last_only else keep_last,
+                         output_hidden_states=hidden, **model_kwargs)
         self.cache.advance(T if commit is True else int(commit))
         if hidden:
             return out.logits[0], out.hidden_states[-1][0]

@@ -83,15 +83,17 @@ class Linear(Method):
     """Linear speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a chain of ``k`` draft tokens.
     With a :class:`~specdec_core.drafters.BlockDrafter` the chain comes from one draft pass ("parallel")."""
 
-    def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear"):
+    def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear",
+                 confidence: float | None = None):
         super().__init__(params, generator)
-        self.drafter, self.k, self.rule, self.name = drafter, k, rule, name
+        self.drafter, self.k, self.rule, self.name, self.confidence = drafter, k, rule, name, confidence
 
     def start(self, prompt, capacity):
         self.drafter.reset(prompt, capacity)
 
-    def draft(self, seq, budget):
-        return self.drafter.propose(seq, min(self.k, budget), self.params, self.generator)
+    def draft(self, seq, budget):  # with a confidence, the draft stops itself: k is then the most it drafts
+        kw = {} if self.confidence is None else {"confidence": self.confidence}
+        return self.drafter.propose(seq, min(self.k, budget), self.params, self.generator, **kw)
 
     def verify(self, lm, seq, draft):
         return lm.forward(torch.cat([torch.tensor(seq[-1:]), draft.tokens]))  # [kk + 1, V]

@@ -86,6 +86,12 @@ def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return int(sample(probs, generator)), probs
 
 
+def confidence(logits: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    """The draft's confidence at a position (or per row): the largest probability of the law it draws from
+    (greedy, where that law is one-hot: of ``softmax(logits)``, as transformers' ``assistant_confidence_threshold``)."""
+    return (probs if probs is not None else torch.softmax(logits.to(PROB_DTYPE), -1)).amax(-1)
+
+
 def make_generator(device: torch.device | str, seed: int) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(int(seed))

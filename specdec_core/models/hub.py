@@ -170,7 +170,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
 
     ``draft``: an optional Hugging Face id or path of a draft model sharing the target's vocabulary.
     For the embedded target the project's shipped drafts are attached when present
-    (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` is always there.
+    (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` is always there, ``drafters["hybrid"]``
+    (prompt lookup, else the model draft) wherever there is a model draft.
     """
     from ..drafters import ModelDrafter, NGramDrafter
 
@@ -197,7 +198,16 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         from . import shipped
 
         drafters.update(shipped.load_shipped_drafters(target, dtype=dtype, device=device))
-    return Pair(target=target, tokenizer=tok, drafters=drafters, name=name)
+    return Pair(target=target, tokenizer=tok, drafters=_with_hybrid(drafters), name=name)
+
+
+def _with_hybrid(drafters: dict) -> dict:
+    """Add ``drafters["hybrid"]`` (prompt lookup, else the model draft: :mod:`specdec_core.adaptive`) where the pair
+    has a model draft."""
+    from ..adaptive import hybrid_of
+
+    hybrid = hybrid_of(drafters)
+    return drafters | ({"hybrid": hybrid} if hybrid is not None else {})
 
 
 # -- toy pairs --------------------------------------------------------------------------------
@@ -234,7 +244,8 @@ def _calibrate_entropy(model, vocab_size: int, seed: int, frac: float = 0.55) ->
 def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cpu",
              draft_noise: float = 0.15) -> Pair:
     """A tiny deterministic Llama target and related drafters (target weights plus noise): ``"model"``
-    (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.drafters.BlockDrafter`), ``"ngram"``.
+    (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.drafters.BlockDrafter`), ``"ngram"``,
+    ``"hybrid"`` (prompt lookup, else the model draft).
 
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.
@@ -256,4 +267,4 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
     target, draft = target.to(dtype).to(device), draft.to(dtype).to(device)
     drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter(),
                 "block": BlockDrafter(untrained_block(target, seed=seed, noise=draft_noise))}
-    return Pair(target=target, tokenizer=None, drafters=drafters, name=f"toy-v{vocab_size}-s{seed}")
+    return Pair(target=target, tokenizer=None, drafters=_with_hybrid(drafters), name=f"toy-v{vocab_size}-s{seed}")

@@ -16,6 +16,7 @@ computed and discarded), and a row that finished still rides along in the batch 
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -115,15 +116,15 @@ def _gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     return out.transpose(1, 2).contiguous(), None
 
 
+@functools.cache
 def _register_gqa_sdpa() -> None:
+    """Register :func:`_gqa_sdpa` with transformers (once, at the first :class:`BatchLM`: importing the library
+    stays light)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     AttentionInterface.register(GQA_SDPA, _gqa_sdpa)
     ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_SDPA, sdpa_mask)  # never used: batch passes bring their 4D mask
-
-
-_register_gqa_sdpa()
 
 
 @contextmanager
@@ -151,6 +152,7 @@ class BatchLM:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
+        _register_gqa_sdpa()
 
     @torch.inference_mode()
     def _pass(self, ids: torch.Tensor, keep_last: int = 0, **model_kwargs) -> torch.Tensor:

@@ -320,8 +320,9 @@ class TimedDrafter(Drafter):
         self._first = False
         return out
 
-    def propose(self, context, k, params, generator):
-        return self._timed(lambda: self.inner.propose(context, k, params, generator), context, k)
+    def propose(self, context, k, params, generator, confidence=None):
+        kw = {} if confidence is None else {"confidence": confidence}
+        return self._timed(lambda: self.inner.propose(context, k, params, generator, **kw), context, k)
 
     def propose_tree(self, context, shape, k, params, generator):
         return self._timed(lambda: self.inner.propose_tree(context, shape, k, params, generator), context, k)

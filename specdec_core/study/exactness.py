@@ -97,15 +97,16 @@ class Samples:
 
 def sample_sequences(target, prompt, n: int, N: int, params: SamplingParams, method: str = "autoregressive",
                      drafter=None, k: int = 2, seed0: int = 0, tree=None, threads: int | None = None,
-                     rule=None) -> Samples:
+                     rule=None, confidence: float | None = None) -> Samples:
     """``N`` continuations of ``n`` tokens, ``generate(..., seed=seed0 + i)`` for i < N (``rule``: an accept
-    rule for ``generate``, e.g. a negative control of :mod:`specdec_core.study.mutants`)."""
+    rule for ``generate``, e.g. a negative control of :mod:`specdec_core.study.mutants`; ``confidence``:
+    ``generate``'s draft stop)."""
     toks, acc, prop, ov = [], [], [], []
     with torch_threads(threads):
         for i in range(N):
             res = generate(target, prompt, drafter=drafter, method=method, k=k, max_new_tokens=n,
                            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                           seed=seed0 + i, tree=tree, rule=rule)
+                           seed=seed0 + i, tree=tree, rule=rule, confidence=confidence)
             if len(res.tokens) != n:
                 raise RuntimeError(f"seed {seed0 + i}: {method} returned {len(res.tokens)} tokens, expected {n}")
             toks.append(res.tokens)
@@ -122,9 +123,21 @@ def setting_params(setting: dict) -> SamplingParams:
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"linear:model"`` → ("linear", "model"); ``"autoregressive"`` → ("autoregressive", None)."""
+    """``"linear:model"`` → ("linear", "model"); ``"autoregressive"`` → ("autoregressive", None); a confidence
+    stop, ``"linear:model@0.5"``, is read by :func:`spec_confidence`."""
     method, _, drafter = spec.partition(":")
-    return method, (drafter or None)
+    return method, (drafter.partition("@")[0] or None)
+
+
+def spec_confidence(spec: str) -> float | None:
+    """θ of a spec with a confidence stop: ``"linear:model@0.5"`` → 0.5; None without one."""
+    _, at, theta = spec.partition("@")
+    if not at:
+        return None
+    try:
+        return float(theta)
+    except ValueError:
+        raise ValueError(f"spec {spec!r}: the confidence after '@' must be a number, got {theta!r}") from None
 
 
 def unavailable(pair, spec: str) -> str | None:
@@ -437,7 +450,7 @@ def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0
             method, dname = parse_spec(spec)
             for k in ([ks[0]] if method == "autoregressive" else ks):
                 s = sample_sequences(pair.target, prompt, n, N, params, method, pair.drafters.get(dname), k=k,
-                                     seed0=seed0, threads=threads)
+                                     seed0=seed0, threads=threads, confidence=spec_confidence(spec))
                 c = s.counts(V)
                 g = gof_test(c, law, min_expected, seed=seed0 + len(rows))
                 z = acceptance_z(s) if method == "linear" and k == 1 and len(s.overlap) else float("nan")

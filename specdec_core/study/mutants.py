@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import torch
 
-from ..drafters import Draft, ModelDrafter
-from ..sampling import PROB_DTYPE, choose, sample
+from ..drafters import Draft, Drafter, ModelDrafter
+from ..lm import CachedLM
+from ..sampling import PROB_DTYPE, choose, process_logits, sample
 from ..verify import residual as _residual
 from ..verify import speculative_sample
 
@@ -210,7 +211,44 @@ class RawLogitsQ(ModelDrafter):
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
 
 
-__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "speculative_sample",
+class PeekingStop(Drafter):
+    """MUTANT drafter: an adaptive stop that reads the target. It drafts ``k`` tokens with ``drafter``, then asks
+    the target for its laws p at the drafted positions and cuts the draft before the first token after the first
+    that p gives less probability than q did (a token "at risk" of rejection): the stop now depends on the
+    target's verdict for the current token, which no real drafter can know.
+
+    Lossy: a cut token is replaced by a fresh draw from p, while tokens that survive are the ones p favours, so
+    the tokens after the first follow a mixture tilted toward where p ≥ q (greedy decoding is unaffected:
+    there the verdict is the argmax, and this mutant leaves greedy drafts alone)."""
+
+    name = "peeking-stop"
+
+    def __init__(self, drafter: ModelDrafter, target):
+        self.inner, self.target, self.vocab_size = drafter, target, drafter.vocab_size
+
+    def bind(self, target):
+        self.inner.bind(target)
+
+    def reset(self, prompt, capacity):
+        self.inner.reset(prompt, capacity)
+
+    def propose(self, context, k, params, generator, confidence=None):
+        d = self.inner.propose(context, k, params, generator)
+        if params.greedy or d.tokens.numel() < 2:
+            return d
+        lm = CachedLM(self.target, len(context) + d.tokens.numel())
+        logits = lm.forward(torch.cat([torch.tensor(context, dtype=torch.long), d.tokens[:-1]]))[-d.tokens.numel():]
+        p = process_logits(logits, params)
+        i = torch.arange(d.tokens.numel())
+        risky = (p[i, d.tokens] < d.q[i, d.tokens])[1:].nonzero()
+        n = 1 + int(risky[0]) if len(risky) else d.tokens.numel()
+        return Draft(d.tokens[:n], d.q[:n], d.passes)
+
+    def accept(self, n):
+        self.inner.accept(n)
+
+
+__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "speculative_sample",
                          "batch_smallest_commit"]
 
 

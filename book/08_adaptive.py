@@ -1,0 +1,241 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 8 · Adaptive speculation: draft only where the draft is sure
+#
+# A fixed K spends draft passes on positions the draft will get wrong, and stops short on easy runs where it
+# would have been right. Two cheap adaptations need no training:
+#
+# - **a confidence stop**: draft up to K tokens, but stop before the first position (after the first) whose
+#   draft law q has its largest probability below θ: `sd.generate(..., k=K_max, confidence=θ)`. Greedy decoding
+#   reads the draft's softmax at temperature 1 (transformers' `assistant_confidence_threshold` does the same);
+# - **a hybrid drafter**, `pair.drafters["hybrid"]`: prompt lookup where the context's last n-gram recurs (free:
+#   no model pass), else the draft model.
+#
+# Both stay exact for one reason: speculative sampling is lossless for any proposal law q, as long as q is the
+# law the token was drawn from and the choice of q (which drafter, how many tokens) is made from the committed
+# context and the draft's own draws. The stop reads q at a position before the target has seen it; the hybrid's
+# test reads the context only; a lookup proposal is deterministic given the context, so its law is the one-hot on
+# the token, whose accept rule min(1, p(x)/1) and residual ∝ p with x removed give back p. Chapter 2's family
+# tests both (specs `linear:hybrid`, `linear:model@0.6`, `parallel:block@0.6`), and a stop that peeks at the
+# target's law (`mutants.PeekingStop`) is caught there (`tests/test_adaptive.py`).
+#
+# Every setting is chosen on held-out *training* prompts first (the draft's recipe holds them out, built from the
+# same templates as its training data), then the evaluation mix is measured once, in one interleaved run.
+
+# %% tags=["parameters"]
+model = "smollm2-135m"        # embedded name, Hugging Face id or path
+tune_prompts = 6              # held-out training prompts for choosing K and θ
+per_task = 1                  # evaluation prompts per task
+max_new_tokens = 64
+tune_repeats = 1              # interleaved repeats while tuning
+repeats = 2                   # interleaved repeats of the evaluation run
+temperatures = [0.0, 1.0]     # evaluation runs; 0 means greedy (tuning is greedy)
+fixed_ks = [1, 2, 3, 4]       # the model draft's fixed K, the baseline adaptive methods must beat
+thetas = [0.3, 0.5, 0.7, 0.9]  # confidence thresholds tried
+k_max = 6                     # the most a confidence-stopped step drafts
+k_ngram = 4                   # prompt lookup's K (chapter 6's setting)
+device = "cpu"
+out_dir = "../build/book/08_adaptive"
+
+# %%
+import warnings
+
+from tqdm import TqdmWarning
+
+# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
+# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
+warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from IPython.display import Markdown, display
+
+from specdec_core.study import bench, book, drafteval, report
+from specdec_core.study import exactness as ex
+
+ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram", "hybrid"))
+pair = ch.pair
+print(ch)
+
+
+def runner(kw, temperature=0.0, outputs=None):
+    return bench.decode_runner(pair.target, max_new_tokens, temperature, outputs=outputs,
+                               **bench.method_kwargs(pair, kw))
+
+
+def alpha_of(df: pd.DataFrame) -> pd.Series:
+    """α per runner: accepted ÷ (accepted + rejections), pooled over its calls."""
+    return df.groupby("runner").apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
+                                      include_groups=False)
+
+
+def candidates() -> dict:
+    """Every setting tried while tuning: the model draft at each fixed K, and each θ with the model draft and the
+    hybrid (both up to ``k_max`` tokens a step)."""
+    c = {f"model, K={k}": dict(method="linear", drafter="model", k=k) for k in fixed_ks}
+    for th in thetas:
+        c[f"model, θ={th}"] = dict(method="linear", drafter="model", k=k_max, confidence=th)
+        c[f"hybrid, θ={th}"] = dict(method="linear", drafter="hybrid", k=k_max, confidence=th)
+    return c
+
+
+# %% [markdown]
+# ## 1. Choosing K and θ on training prompts
+# Greedy, one interleaved run over held-out training prompts: every candidate's speedup over autoregressive
+# decoding (paired by prompt and repeat). The best fixed K, the best θ for the model draft and the best θ for the
+# hybrid are taken from this table and nothing else.
+
+# %%
+tune_set = drafteval.sweep_prompts(pair, tune_prompts)
+cand = candidates()
+tune = bench.run_interleaved({"autoregressive": runner(dict(method="autoregressive"))}
+                             | {name: runner(kw) for name, kw in cand.items()}, tune_set, repeats=tune_repeats)
+ch.save(tune, "tune_runs")
+tr = bench.paired_ratios(tune, "autoregressive").set_index("runner")
+tr["alpha"] = alpha_of(tune)
+tr["drafted_per_step"] = tune.groupby("runner").drafted_per_step.mean()
+tr["family"] = tr.index.str.split(",").str[0]
+tr["setting"] = tr.index.str.split(", ").str[1]
+ch.save(tr.reset_index(), "tuning")
+
+
+def best(prefix: str) -> str:
+    rows = tr[tr.index.str.startswith(prefix)]
+    return rows["median"].idxmax()
+
+
+chosen = {"fixed K": best("model, K="), "model + confidence": best("model, θ="),
+          "hybrid + confidence": best("hybrid, θ=")}
+
+
+def phrase(row) -> str:
+    return report.ratio_phrase_median(row["median"], row.q25, row.q75, n=int(row.n))
+
+
+display(Markdown("\n".join(f"- **{role}**: {name} ({phrase(tr.loc[name])} over autoregressive on training prompts, "
+                           f"α = {tr.loc[name, 'alpha']:.2f})" for role, name in chosen.items())))
+tr.drop(columns=["family", "setting"]).round(3)
+
+# %% [markdown]
+# Speedup and α against θ on the training prompts; the dashed line is the best fixed K.
+
+# %%
+sw = tr[tr.index.str.contains("θ=")].assign(theta=lambda d: d.setting.str.removeprefix("θ=").astype(float))
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+for ax, col, lab in ((axes[0], "median", "speedup over autoregressive"), (axes[1], "alpha", "α")):
+    for i, (fam, g) in enumerate(sw.groupby("family", sort=False)):
+        g = g.sort_values("theta")
+        if col == "median":
+            ax.errorbar(g.theta, g["median"], yerr=[g["median"] - g.q25, g.q75 - g["median"]], marker="o",
+                        capsize=3, color=f"C{i}", label=fam)
+        else:
+            ax.plot(g.theta, g[col], marker="o", color=f"C{i}", label=fam)
+    ax.set(xlabel="confidence threshold θ", ylabel=lab)
+axes[0].axhline(tr.loc[chosen["fixed K"], "median"], color="k", ls="--", lw=1, label=f"best fixed: {chosen['fixed K']}")
+axes[0].axhline(1, color="0.5", lw=1)
+axes[0].legend(fontsize=8)
+fig.suptitle("tuning on held-out training prompts (greedy)")
+fig.tight_layout()
+ch.savefig(fig, "tuning")
+
+# %% [markdown]
+# ## 2. The evaluation mix, measured once
+# The settings chosen above, against autoregressive decoding, prompt lookup alone (K = `k_ngram`) and the model
+# draft at its best fixed K, in one interleaved run per temperature.
+
+# %%
+final = {"prompt lookup": dict(method="linear", drafter="ngram", k=k_ngram)}
+final |= {f"{role} ({name})": cand[name] for role, name in chosen.items()}
+frames, greedy_out = [], {name: {} for name in ["autoregressive", *final]}  # greedy tokens per runner and prompt
+for temp in temperatures:
+    out = greedy_out if temp == 0.0 else {}
+    rs = {"autoregressive": runner(dict(method="autoregressive"), temp, out.get("autoregressive"))}
+    rs |= {n: runner(kw, temp, out.get(n)) for n, kw in final.items()}
+    frames.append(bench.run_interleaved(rs, ch.bench_prompts, repeats=repeats).assign(temperature=temp))
+runs = pd.concat(frames, ignore_index=True)
+ch.save(runs, "eval_runs")
+overall = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive").assign(temperature=t)
+                     for t in temperatures])
+by_task = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive", by=["task"])
+                     .assign(temperature=t) for t in temperatures])
+alphas = pd.concat([alpha_of(runs[runs.temperature == t]).rename("alpha").reset_index().assign(temperature=t)
+                    for t in temperatures])
+overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
+ch.save(overall, "eval_overall")
+ch.save(by_task, "eval_by_task")
+g = sns.catplot(data=by_task, x="task", y="median", hue="runner", col="temperature", kind="bar", height=4,
+                aspect=1.5, errorbar=None)
+for ax in g.axes.flat:
+    ax.axhline(1.0, color="k", lw=1)
+    ax.tick_params(axis="x", rotation=25)
+g.set_axis_labels("", "speedup over autoregressive (median, paired)")
+ch.savefig(g, "eval_by_task")
+overall.round(3)
+
+# %% [markdown]
+# Greedy outputs: every method decoded the autoregressive text (float32; a divergence is excused only at a
+# near-tie of the target's two best logits, as in chapter 2).
+
+# %%
+ties, checked = [], 0
+if 0.0 in temperatures:
+    for p, ids in ch.encoded:
+        key = tuple(ids.tolist())
+        ref = greedy_out["autoregressive"][key]
+        for name in final:
+            pos, gap = ex.first_divergence(pair.target, ids, greedy_out[name][key], ref)
+            assert ex.excused(pos, gap), f"{name} on {p.id}: diverges at token {pos} (top-2 gap {gap})"
+            checked += 1
+            if pos is not None:
+                ties.append((name, p.id, pos, gap))
+print(f"{checked} greedy decodes equal autoregressive decoding" + (f"; near-ties: {ties}" if ties else ""))
+
+# %% [markdown]
+# ## Summary
+# The mechanisms: a confidence stop trades draft passes that would have been rejected for verify passes that
+# come sooner; it pays where the draft's confidence tracks the target's agreement, and costs a wasted draft pass
+# at each stop (the pass that revealed the low confidence). The hybrid's lookup is free where the context repeats
+# itself and falls back to the model elsewhere. What this run measured:
+
+# %%
+ov = overall.set_index(["temperature", "runner"])
+lines = []
+for t in temperatures:
+    o = ov.loc[t].sort_values("median", ascending=False)
+    lines.append(f"- **T = {t}**: " + "; ".join(f"{r}: {phrase(x)}" for r, x in o.iterrows()) + ".")
+    top, loses = o.index[0], o.index[o.q75 < 1]  # loses: the whole IQR below 1
+    lines.append(f"  Best median: {top}, {o.loc[top, 'median']:.2f}×" + (
+        f"; slower than autoregressive decoding (IQR below 1): {', '.join(loses)}." if len(loses) else
+        "; no method's IQR lies below 1."))
+fk = next(n for n in final if n.startswith("fixed K"))
+mc = next(n for n in final if n.startswith("model + confidence"))
+for t in temperatures:
+    d = runs[runs.temperature == t]
+    speed = d.set_index(["id", "repeat"]).groupby("runner").tokens_per_s
+    x = speed.get_group(mc) / speed.get_group(fk)
+    lines.append(f"- **Confidence stop against the best fixed K, T = {t}**: {report.ratio_phrase(x.dropna())}.")
+bt = by_task.reset_index(drop=True)
+worst = bt.loc[bt.groupby(["runner", "temperature"])["median"].idxmin()]
+lines.append("- **Weakest task per method (greedy)**: " + "; ".join(
+    f"{r.runner}: {r.task} {r.median:.2f}×" for r in worst[worst.temperature == 0.0].itertuples()) + ".")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Plot, per draft position, the draft's confidence against whether the target accepted the token
+#    (`bench.step_table` keeps the steps). Is max q a calibrated predictor of acceptance for this draft?
+# 2. Make the hybrid demand a longer match (`HybridDrafter(..., min_match=2)`). Which tasks change?
+# 3. Write a drafter that chooses between lookup and the model from the running acceptance of each (counts of
+#    past steps only). Prove it exact, add it to chapter 2's family, and measure it here.
