@@ -125,14 +125,16 @@ for spec in methods:
 # %% [markdown]
 # ## 1 · Theory: why the emitted token has law p
 #
-# The draft proposes x ~ q. The verifier accepts it with probability min(1, p(x)/q(x)); at a rejection it
-# draws from the **residual** r = max(0, p − q) / Σ max(0, p − q); if all K drafts pass, it draws a **bonus**
-# token from the target's next position. For one position:
+# The draft proposes $x \sim q$. The verifier accepts it with probability $\min\!\big(1, p(x)/q(x)\big)$; at a
+# rejection it draws from the **residual** $r = \max(0, p - q) \,/\, \sum_y \max(0, p - q)(y)$; if all K drafts pass,
+# it draws a **bonus** token from the target's next position. For one position:
 #
-# P(emit y) = q(y)·min(1, p(y)/q(y)) + P(reject)·r(y) = min(p, q)(y) + (1 − Σ min(p, q))·r(y)
+# $$P(\text{emit } y) = q(y)\min\!\Big(1, \frac{p(y)}{q(y)}\Big) + P(\text{reject})\, r(y)
+#   = \min(p, q)(y) + \Big(1 - \sum_z \min(p, q)(z)\Big)\, r(y)$$
 #
-# and since Σ max(0, p − q) = 1 − Σ min(p, q), the second term is max(0, p − q)(y); min(p, q) + max(0, p − q) = p.
-# The acceptance probability is α = Σ_x q(x) min(1, p(x)/q(x)) = Σ min(p, q) = 1 − TV(p, q).
+# and since $\sum \max(0, p - q) = 1 - \sum \min(p, q)$, the second term is $\max(0, p - q)(y)$;
+# $\min(p, q) + \max(0, p - q) = p$. The acceptance probability is
+# $\alpha = \sum_x q(x) \min\big(1, p(x)/q(x)\big) = \sum_x \min(p, q)(x) = 1 - \mathrm{TV}(p, q)$.
 # The bonus token is a plain sample of p at the next position; the next step's first position
 # conditions on everything accepted so far, so the chain rule carries the argument to whole sequences.
 #

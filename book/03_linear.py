@@ -17,8 +17,8 @@
 #
 # 1. **draft**  the drafter proposes x₁…x_K, each drawn from its processed law q_i;
 # 2. **verify** one target pass over [last token, x₁…x_K] gives p₁…p_{K+1};
-# 3. **accept** keep x_i with probability min(1, p_i(x_i)/q_i(x_i)); at the first rejection draw from
-#    norm(max(0, p_i − q_i)) and stop; if all K pass, draw the bonus from p_{K+1};
+# 3. **accept** keep $x_i$ with probability $\min\!\big(1, p_i(x_i)/q_i(x_i)\big)$; at the first rejection draw
+#    from $\mathrm{norm}\big(\max(0, p_i - q_i)\big)$ and stop; if all K pass, draw the bonus from $p_{K+1}$;
 # 4. **commit** roll the caches back over rejected tokens (a pointer move) and append.
 #
 # The emitted law is exactly p (chapter 2 proves it statistically); the speed depends on two numbers:
@@ -95,7 +95,7 @@ pd.DataFrame(rows).round(4)
 # %% [markdown]
 # `Σ min(p, q)` is the probability that *a fresh draw* from q at that position is accepted: averaged
 # over positions it is α, the one number that sets the expected tokens per target pass
-# (1 − α^{K+1}) / (1 − α).
+# $(1 - \alpha^{K+1}) / (1 - \alpha)$.
 #
 # ## Acceptance per task and temperature
 # Both drafters decode every prompt at K = `k_default`, greedy and sampled; the figure shows α per task,
@@ -187,7 +187,10 @@ cost_df.round(3)
 # ## Speedup versus K: measurement against theory
 # For each K, linear SD and the autoregressive baseline decode the same prompts, interleaved, greedy.
 # The prediction uses c and the verify cost measured above and, for each call, that call's own α̂:
-# speedup = (1 − α^{K+1}) / ((1 − α)(K c + t_verify(K+1)/t(1))), compared with the decode loops' speed
+#
+# $$\text{speedup} = \frac{1 - \alpha^{K+1}}{(1 - \alpha)\big(K c + t_\text{verify}(K+1)/t(1)\big)},$$
+#
+# compared with the decode loops' speed
 # ratio (the theorem does not model the prefill). The figure sets the measured speedups (points with error
 # bars include the prefill; crosses are the decode loops alone) against both predictions.
 

@@ -96,9 +96,13 @@ def our_runner(kw, temperature):
 
 # %% [markdown]
 # ## Theory first
-# Expected tokens per target pass, (1 − α^{K+1}) / (1 − α), and the expected wall-time speedup
-# (1 − α^{K+1}) / ((1 − α)(K c + 1)) (Leviathan et al. 2023, Eq. 1 and Theorem 3.8). The star marks the
-# paper's T5-XXL / T5-small point (α = 0.75, γ = 7, 3.4× measured on TPU).
+# Expected tokens per target pass (Leviathan et al. 2023, Eq. 1) and the expected wall-time speedup (their
+# Theorem 3.8), for acceptance rate α, K draft tokens and a draft pass costing c target passes:
+#
+# $$E[\text{tokens per pass}] = \frac{1 - \alpha^{K+1}}{1 - \alpha}, \qquad
+#   \text{speedup} = \frac{1 - \alpha^{K+1}}{(1 - \alpha)(K c + 1)}.$$
+#
+# The star marks the paper's T5-XXL / T5-small point (α = 0.75, γ = 7, 3.4× measured on TPU).
 
 # %%
 ks = np.arange(1, 13)
