@@ -10,6 +10,7 @@ notebook is named together with the failing cell; the others still run, and the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ def notebooks(only: list[str] | None) -> list[Path]:
 
 
 def main() -> int:
+    os.environ["SPECDEC_PROGRESS"] = "0"  # the kernels inherit it: no progress bars in the saved outputs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="full", help="book/params/<name>.yaml (full or ci)")
     ap.add_argument("--out", default="build/book", help="folder for executed notebooks, figures, tables")

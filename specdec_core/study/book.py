@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,10 @@ from ..models import load_pair, resolve_device
 from . import profiling
 from .prompts import encode, load_prompts
 
-progress = partial(tqdm, mininterval=10)  # few updates: an executed notebook stays readable
+def progress(iterable=None, **kw):
+    """tqdm with few updates (an interactive run stays readable), and none in the executed book
+    (:func:`~specdec_core.study.profiling.progress_bars`)."""
+    return tqdm(iterable, mininterval=10, disable=not profiling.progress_bars(), **kw)
 
 
 @dataclass

@@ -17,6 +17,7 @@ a ``device`` and synchronizes CUDA around its timers.
 """
 from __future__ import annotations
 
+import os
 import platform
 import random
 import re
@@ -64,6 +65,12 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def progress_bars() -> bool:
+    """Whether long loops draw progress bars: yes, unless ``SPECDEC_PROGRESS=0`` (``scripts/run_book.py`` sets it
+    for the executed book, whose saved outputs would otherwise keep every redraw of every bar)."""
+    return os.environ.get("SPECDEC_PROGRESS", "1") != "0"
 
 
 def device_tag(device: torch.device | str) -> str:
@@ -123,7 +130,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
     sync(device)
     rng, rows = random.Random(seed), []
     rounds = range(repeats)
-    if progress:
+    if progress and progress_bars():
         from tqdm import tqdm
 
         rounds = tqdm(rounds, desc="timing rounds", leave=False, mininterval=10)
