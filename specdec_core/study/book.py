@@ -27,7 +27,9 @@ from .prompts import encode, load_prompts
 def progress(iterable=None, **kw):
     """tqdm with few updates (an interactive run stays readable), and none in the executed book
     (:func:`~specdec_core.study.profiling.progress_bars`)."""
-    return tqdm(iterable, mininterval=10, disable=not profiling.progress_bars(), **kw)
+    kw.setdefault("mininterval", 10)
+    kw["disable"] = kw.get("disable", False) or not profiling.progress_bars()
+    return tqdm(iterable, **kw)
 
 
 @dataclass
