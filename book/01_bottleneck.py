@@ -42,7 +42,7 @@ copy_mib = 512            # copy-bandwidth buffer (MiB); well above the last-lev
 gemm_n = 2048             # square matmul for the FLOP ceiling (a GPU uses at least 8192)
 prompt_len = 128          # prefill-vs-decode staircase: prompt tokens
 decode_len = 32           # ... and generated tokens
-blas_token_counts = [1, 2, 3, 5, 8, 16]  # T compared under MKL's default kernels and MKL_CBWR=AUTO (CPU only)
+blas_token_counts = [1, 2, 3, 5, 8, 16]  # T compared under the default MKL kernels and with MKL_CBWR set to AUTO (CPU only)
 scale_models = ["0.5b", "1b"]  # random-weight Llama shapes (profiling.LLAMA_SHAPES); "3b", "8b" on a GPU
 scale_token_counts = [1, 4, 16, 64, 256]
 scale_repeats = 3
@@ -577,25 +577,34 @@ if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matm
 # A prompt of `prompt_len` tokens can go through the model in one pass (prefill) — every weight read
 # once for all of them. Generation cannot: each new token needs the previous one. Fed token by token,
 # the prompt would cost `prompt_len` passes. The staircase below is cumulative time against tokens
-# processed.
+# processed; each pass counts with the median of its `repeats` timings (after `warmup` untimed rounds,
+# the two modes interleaved), so one slow first call cannot decide the comparison.
 
 # %%
 torch.set_num_threads(n_threads)
 gen = torch.Generator().manual_seed(0)
 prompt = torch.randint(0, arch.V, (prompt_len,), generator=gen)
+tail = [torch.randint(0, arch.V, (1,), generator=gen) for _ in range(decode_len)]
+modes = {"prefill, then one pass per token": [prompt] + tail,
+         "one pass per token throughout": list(prompt.split(1)) + tail}
+# each pass timed `warmup + repeats` times, the modes interleaved; a pass's time is the median of the timed ones
+step_s = {mode: [[] for _ in steps] for mode, steps in modes.items()}
+for rep in book.progress(range(warmup + repeats), desc="staircase"):
+    for mode, steps in modes.items():
+        pf.at_context(lm, 0)
+        for j, x in enumerate(steps):
+            pf.sync(dev)
+            t = time.perf_counter()
+            lm.forward(x, last_only=True)
+            pf.sync(dev)
+            if rep >= warmup:
+                step_s[mode][j].append(time.perf_counter() - t)
 stair = []
-for mode in ("prefill, then one pass per token", "one pass per token throughout"):
-    pf.at_context(lm, 0)
-    clock, done = 0.0, 0
-    steps = [prompt] if mode.startswith("prefill") else list(prompt.split(1))
-    steps += [torch.randint(0, arch.V, (1,), generator=gen) for _ in range(decode_len)]
+for mode, steps in modes.items():
     stair.append(dict(mode=mode, tokens=0, seconds=0.0))
-    for x in book.progress(steps, desc=mode[:20], leave=False):
-        pf.sync(dev)
-        t = time.perf_counter()
-        lm.forward(x, last_only=True)
-        pf.sync(dev)
-        clock += time.perf_counter() - t
+    clock, done = 0.0, 0
+    for x, ts in zip(steps, step_s[mode]):
+        clock += float(np.median(ts))
         done += x.numel()
         stair.append(dict(mode=mode, tokens=done, seconds=clock))
 stair = ch.save(pd.DataFrame(stair), "staircase")

@@ -249,9 +249,12 @@ else:
         sr.loc[i, ["predicted", "measured_decode"]] = th["predicted_median"], th["measured_median"]
     ch.save(sr, "speedup_vs_k")
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    sns.lineplot(data=sr, x="K", y="median", hue="method", marker="o", ax=ax)
+    # markers and IQR bars, no lines: the sweep measured these K only, and a line would invent the ones between
+    for i, (m, g) in enumerate(sr.sort_values("K").groupby("method", sort=False)):
+        ax.errorbar(g.K + 0.08 * i, g["median"], yerr=[g["median"] - g.q25, g.q75 - g["median"]], fmt="o",
+                    capsize=3, color=f"C{i}", label=f"{m} (median, IQR)")
     if lin.any():
-        ax.plot(sr[lin].K, sr[lin].predicted, "k--", label="theory (linear, measured α, c, verify cost)")
+        ax.plot(sr[lin].K, sr[lin].predicted, "ks", mfc="none", label="theory (linear, measured α, c, verify cost)")
         ax.plot(sr[lin].K, sr[lin].measured_decode, "kx", label="measured (linear, decode loop only)")
     ax.axhline(1, color="grey", lw=1)
     ax.set(ylabel="speedup over autoregressive (greedy)", title="speedup vs K")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,8 @@ FORBIDDEN = {
     "profiler USDT line": re.compile(r"USDT"),
     "bare empty DataFrame": re.compile(r"Empty DataFrame"),
     "ANSI escape": re.compile(r"\x1b\["),
+    # Chapter.savefig's note for a series with one point (a sweep of one value at this size)
+    "line through one point": re.compile(r"has one point \(a sweep needs two values\)"),
 }
 # a section that a CI-size run passes over without running its code
 SKIPPED = re.compile(r"\b(skipped|skipping|not run at this size)\b", re.IGNORECASE)
@@ -104,6 +107,9 @@ def test_scanner_sees_what_it_must(tmp_path):
     """The scan itself: each forbidden text is found in a stream, an error and an HTML result."""
     import nbformat
 
+    from specdec_core.study.book import ONE_POINT_NOTE
+
+    book_note = ONE_POINT_NOTE.format(figure="speed_vs_k", series="tree") + "\n"
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell("1", execution_count=1, outputs=[
@@ -112,7 +118,8 @@ def test_scanner_sees_what_it_must(tmp_path):
             nbformat.v4.new_output("execute_result", data={"text/plain": "Empty DataFrame\nColumns: []"},
                                    execution_count=2)]),
         nbformat.v4.new_code_cell("3", execution_count=3, outputs=[
-            nbformat.v4.new_output("stream", name="stdout", text="\x1b[31mred\x1b[0m USDT probe\n")]),
+            nbformat.v4.new_output("stream", name="stdout", text="\x1b[31mred\x1b[0m USDT probe\n" + \
+                                   book_note)]),
         nbformat.v4.new_code_cell("4", execution_count=4, outputs=[
             nbformat.v4.new_output("error", ename="ValueError", evalue="bad",
                                    traceback=["Traceback (most recent call last)"])]),
@@ -126,3 +133,31 @@ def test_scanner_sees_what_it_must(tmp_path):
         nbformat.v4.new_output("stream", name="stdout", text="speedup 1.21× (IQR 1.05–1.31): faster\n")])]
     nbformat.write(clean, p)
     assert _hits(p, FORBIDDEN) == []
+
+
+def test_one_point_lines_are_found_and_redrawn_as_markers():
+    """savefig's check: a seaborn sweep of one K (a line through one point) is found, by its label, and redrawn
+    as a marker; two-point lines, marker-only points and reference lines (axhline) are left as they are."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    from specdec_core.study import book
+
+    fig, ax = plt.subplots()
+    df = pd.DataFrame({"K": [4, 2, 4], "median": [1.1, 0.9, 1.0], "method": ["one", "two", "two"]})
+    sns.lineplot(data=df, x="K", y="median", hue="method", ax=ax)
+    ax.plot([7], [3.4], "k*", label="a point")
+    ax.axhline(1, color="grey")
+    ax.errorbar([1], [1.2], yerr=[[0.1], [0.1]], fmt="o-", label="one K with IQR")
+    found = book.one_point_lines(fig, repair=True)
+    assert sorted(found) == ["one", "one K with IQR"], found
+    assert book.one_point_lines(fig) == []  # repaired: a marker, no line style
+    assert all(ln.get_marker() not in ("None", "", None) for ln in ax.get_lines()
+               if np.asarray(ln.get_xdata(), float).size == 1)
+    text = book.ONE_POINT_NOTE.format(figure="f", series="one")
+    assert FORBIDDEN["line through one point"].search(text)
+    plt.close(fig)

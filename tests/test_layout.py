@@ -119,3 +119,25 @@ def test_checks_can_fail(check, text):
 ])
 def test_checks_pass_clean_code(check, text):
     assert not check(text)
+
+
+def test_notebook_parameters_are_read_by_papermill():
+    """Every key ci.yaml and full.yaml pass to a chapter is a name papermill finds in its parameters cell.
+
+    papermill reads that cell line by line with a regular expression (an '=' inside a comment defeats it);
+    a name it cannot read is still injected, but only after a "Passed unknown parameter" notice, and the
+    rendered chapter then lists it as unknown. Fails with the chapter and the names papermill missed."""
+    import jupytext
+    import yaml
+    from papermill.translators import PythonTranslator
+
+    params = {name: yaml.safe_load((REPO_ROOT / "book" / "params" / name).read_text()) for name in ("ci.yaml", "full.yaml")}
+    missed = {}
+    for path in sorted((REPO_ROOT / "book").glob("[0-9][0-9]_*.py")):
+        cell = next(c for c in jupytext.read(path).cells if "parameters" in c.metadata.get("tags", []))
+        found = {p.name for p in PythonTranslator.inspect(cell)}
+        for name, table in params.items():
+            lost = set((table or {}).get(path.stem) or {}) - found
+            if lost:
+                missed[f"{name}:{path.stem}"] = sorted(lost)
+    assert not missed, f"papermill cannot read these parameter lines (no '=' in their comments): {missed}"
