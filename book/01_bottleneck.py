@@ -9,11 +9,11 @@
 # ---
 
 # %% [markdown]
-# # 1 · The bottleneck: why checking several tokens costs about as much as one
+# # 1 · The bottleneck: does checking several tokens cost about as much as one?
 #
 # Speculative decoding rests on one physical claim: **a decode pass is limited by streaming the
 # weights**, so a pass over T new tokens costs about as much as a pass over one, as long as T is
-# small. This chapter measures that claim on the machine the book runs on, and where it fails.
+# small. This chapter tests that claim on the machine the book runs on: where it holds, and where it fails.
 #
 # The tool is the *roofline*. A pass moves B bytes and does F floating-point operations. With a memory
 # bandwidth BW and a peak compute rate P, it cannot take less than
@@ -22,11 +22,12 @@
 #
 # For a decoder with P parameters, B ≈ bytes of the weights (read once per pass, whatever T) and
 # F ≈ 2·P·T. The pass is memory-bound until its arithmetic intensity F/B reaches the *ridge point*
-# P/BW; the T at which that happens is the *knee*. Below the knee, verifying T drafted tokens is
-# (nearly) free; above it, each extra token costs its FLOPs.
+# P/BW; the T at which that happens is the *knee*. Below the knee the roofline predicts that verifying T
+# drafted tokens is (nearly) free; above it, each extra token costs its FLOPs. Section 5 compares that
+# prediction with the passes this machine actually timed.
 #
-# We measure the two ceilings, count bytes and FLOPs per pass, time passes for T = 1…256 at several
-# context lengths, and then take apart the difference between the measured one-token pass and the
+# We measure the two ceilings, count bytes and FLOPs per pass, time passes for every T of `token_counts` at
+# the context lengths of `context_lengths`, and then take apart the difference between the measured one-token pass and the
 # weight-streaming floor, with measurements. Reusable code lives in `specdec_core.study.profiling`.
 
 # %% tags=["parameters"]
@@ -306,11 +307,12 @@ print("T where a larger T is faster (model, per S):",
 # ## 4b. The matmul library decides the verify cost
 #
 # On x86 CPUs, torch hands float32 matrix products to Intel MKL, which decides how to run each one.
-# With its default choices on the AMD EPYC of the book's reference runs, a product with a few input rows
-# (M = 2–16, the shape of every verification pass) ran on **one thread** however many were allowed, so a
-# 2-row product cost about two matrix-vector products. `MKL_CBWR=AUTO` (MKL's reproducible mode: the best
-# path for this CPU, a fixed summation order) spreads those products over the threads, which brings a
-# few-row pass back near the cost of one row on two threads (a one-token pass is a matrix-vector product, bound by memory either way).
+# With its default choices, MKL may run a product with a few input rows (M = 2–16, the shape of every
+# verification pass) on one thread however many are allowed; then a 2-row product costs about two
+# matrix-vector products. `MKL_CBWR=AUTO` (MKL's reproducible mode: the best path for this CPU, a fixed
+# summation order) can spread those products over the threads instead (a one-token pass is a matrix-vector
+# product, bound by memory either way). Which path is faster, and by how much, depends on the CPU: the
+# figure and the line under it say what this machine measured.
 # `import specdec_core` sets it unless the variable is already set (`MKL_CBWR=` keeps MKL's default);
 # the rest of the book, our decoders and transformers' alike, runs with it. MKL reads the variable once
 # per process, so each setting is timed in a fresh subprocess (`specdec_core.study.blas.compare_paths`), one
@@ -360,7 +362,7 @@ else:
     print("no MKL on this device: nothing to compare")
 
 # %% [markdown]
-# Chapters 3–6 decode on every core with `MKL_CBWR=AUTO`; rerun one with
+# Chapters 3–6 decode by default on every core with `MKL_CBWR=AUTO`; rerun one with
 # `MKL_CBWR=` in the environment to see its speedups under MKL's default choice. (The rest of *this*
 # chapter runs on every core too, section 2.)
 

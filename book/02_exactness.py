@@ -39,7 +39,7 @@ threads = 1                  # torch threads: tiny models run fastest (and machi
 # the toy pair and its enumerated law
 vocab_size = 8
 toy_seed = 0
-draft_noise = 0.6            # a mediocre draft (α ≈ 0.4–0.7): lossy rules get something to get wrong
+draft_noise = 0.6            # how far the toy draft's logits stray from the target's (α printed below)
 prompt = [4, 3, 1, 4, 7]
 seq_len = 3                  # n: continuations of n tokens, V**n cells
 min_expected = 5.0           # cells with a smaller expected count are pooled
@@ -332,8 +332,9 @@ assert abs(sim_power - ana_power) < 0.1, "the noncentral χ² power disagrees wi
 # repetitions of the real exact sampler above. Under the null the p-values are uniform and the rejection
 # rate at a nominal level falls inside the binomial 99% interval of that level. The p-values come from a
 # parametric bootstrap (X² ranked among 99 999 statistics simulated under the exact law, ties broken at
-# random), which is exact at any N; scipy's asymptotic χ² p-value is shown alongside: with many bins of
-# small expected count it is slightly liberal. The histograms show the p-values of each calibration source.
+# random), which is exact at any N; scipy's asymptotic χ² p-value is shown alongside, because with many
+# bins of small expected count the χ² approximation can drift from its nominal level (the table says
+# whether it did in this run). The histograms show the p-values of each calibration source.
 
 # %%
 cal_rows, pv_sets = [], {}
@@ -425,8 +426,8 @@ assert lossy.caught.all(), f"mutants survived: {list(lossy[~lossy.caught].mutant
 assert not harmless.caught.any(), f"a harmless literal form was rejected: {list(harmless[harmless.caught].mutant)}"
 
 # %% [markdown]
-# **Power at the CI size.** One caught run could be luck. Each lossy control is rerun `mutant_reps` times on
-# disjoint seeds at the CI size; the caught fraction estimates the power, with a Clopper–Pearson bound. The
+# **Power at the CI size.** One caught run could be luck. When `mutant_reps` > 0, each lossy control is rerun
+# `mutant_reps` times on disjoint seeds at the CI size (the run says when it is 0); the caught fraction estimates the power, with a Clopper–Pearson bound. The
 # pooled runs also estimate the mutant's divergence on the CI bins, from which the noncentral χ² gives an
 # analytic power (and a sample in a p = 0 cell rejects outright: `impossible rate`). The figure shows how far
 # past α each control's single run above landed.
