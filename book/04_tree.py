@@ -400,9 +400,10 @@ assert tc.fitted.iloc[-1] > tc.fitted.iloc[0]
 # - Greedy acceptance follows the target's text, so the draft's **rank profile** predicts the accepted
 #   length of any static tree exactly per position; Sequoia's positional model turns it into the best
 #   tree for each node budget.
-# - On a CPU a verify pass costs more with every node, so the search trades acceptance against pass cost
-#   with measured numbers; how much a tree wins depends on the draft and on that verify-cost curve (chapter
-#   1, section 4b), and the interleaved run measures it (this run's verdict below).
+# - On a CPU a verify pass costs more as the tree grows (in steps, where the matmul library changes
+#   kernels), so the search trades acceptance against pass cost with measured numbers; whether and by how
+#   much a tree wins depends on the draft and on that verify-cost curve (chapter 1, section 4b), and the
+#   interleaved run measures it (this run's verdict below).
 # - Sampling stays exact with recursive rejection sampling over siblings drawn without replacement.
 # - Only the accepted path's KV entries survive, copied down by one index copy; nothing is reallocated.
 #

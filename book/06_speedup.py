@@ -186,17 +186,18 @@ summary.pivot_table(index=["temperature", "task"], columns="method", values="spe
 
 # %% [markdown]
 # ## Where speculation loses
-# Every (method, prompt, temperature) whose median paired ratio is below 1 — and how far.
+# Every (speculative method, prompt, temperature) whose median paired ratio is below 1 — and how far.
+# transformers' plain `generate` is a peer baseline that does not speculate; it is left out here.
 
 # %%
 base = runs[runs.runner == "autoregressive"].set_index(["id", "repeat", "temperature"]).tokens_per_s
-per_prompt = runs[runs.runner != "autoregressive"].copy()
+per_prompt = runs[~runs.runner.isin(["autoregressive", "hf generate"])].copy()
 per_prompt["ratio"] = per_prompt.tokens_per_s.values / base.loc[
     list(zip(per_prompt["id"], per_prompt["repeat"], per_prompt["temperature"]))].values
 losses = per_prompt.groupby(["runner", "temperature", "task", "id"]).ratio.median().reset_index()
 losses = losses[losses.ratio < 1].sort_values("ratio")
-print(f"{len(losses)} of {per_prompt.groupby(['runner', 'temperature', 'id']).ngroups} (method, prompt, temperature) "
-      "cases are slower than autoregressive decoding")
+print(f"{len(losses)} of {per_prompt.groupby(['runner', 'temperature', 'id']).ngroups} (speculative method, prompt, "
+      "temperature) cases are slower than autoregressive decoding")
 losses.head(15).round(3)
 
 # %% [markdown]
@@ -340,9 +341,9 @@ else:
 # costs; on a CPU the verify pass over K + 1 tokens is *not* free, so the theory predicts the measurement
 # only once that cost is measured too, and once each prompt keeps its own α: the speedup is not linear in α,
 # so one pooled α predicts the speedup at the average α, too high where the curve is concave over the prompts'
-# range of α and too low where it is convex. An n-gram drafter can only propose text that already occurred,
-# so tasks that copy from the prompt (summarization, RAG) are where it should do best. What this run
-# measured, computed from its tables (greedy unless said):
+# range of α and too low where it is convex. An n-gram drafter can only propose text that already occurred;
+# the hypothesis that it does best on tasks that copy from the prompt (summarization, RAG) is tested below.
+# What this run measured, computed from its tables (greedy unless said):
 
 # %%
 t0_ = temperatures[0]
@@ -353,8 +354,10 @@ if "linear (draft model)" in methods:
     pooled, per_call, meas = th["predicted_pooled"], th["predicted_median"], th["measured_median"]
     direction = "over" if pooled > meas else "under"
     lines.append(f"- **Theory, linear SD with the draft model (K = {k0})**: per-call prediction {per_call:.3f}×, "
-                 f"measured {meas:.3f}× (relative error {rel:.1%}, tolerance {theory_tolerance:.0%}: "
-                 f"{'agree' if rel < theory_tolerance else 'disagree'}); one pooled α̂ = {th['alpha_pooled']:.3f} "
+                 f"measured {meas:.3f}× (relative error {rel:.1%}"
+                 + (f", tolerance {theory_tolerance:.0%}: {'agree' if rel < theory_tolerance else 'disagree'}"
+                    if theory_tolerance <= 0.25 else f"; a tolerance of {theory_tolerance:.0%} checks nothing finer "
+                    "than a bug at this size") + "); one pooled α̂ = {th['alpha_pooled']:.3f} "
                  f"predicts {pooled:.3f}×, {direction}-predicting the measurement.")
 s0 = summary[summary.temperature == t0_]
 if "linear (n-gram)" in set(s0.method):
@@ -381,8 +384,8 @@ if len(temperatures) > 1:
     lower = [m for m in a_t.index if a_t.loc[m].notna().all() and a_t.loc[m].iloc[-1] < a_t.loc[m].iloc[0]]
     lines.append(f"- **Temperature {temperatures[-1]} against {t0_}**: mean α lower for {len(lower)} of "
                  f"{int(a_t.notna().all(axis=1).sum())} methods ({', '.join(lower) or 'none'}).")
-lines.append(f"- **Losses**: {len(losses)} (method, prompt, temperature) cases ran slower than autoregressive "
-             "decoding (the losses table).")
+lines.append(f"- **Losses**: {len(losses)} (speculative method, prompt, temperature) cases ran slower than "
+             "autoregressive decoding (the losses table).")
 ref_csv = Path("../data/reference/book/06_speedup/summary.csv")
 if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
     ref = pd.read_csv(ref_csv)
@@ -399,4 +402,4 @@ display(Markdown("\n".join(lines)))
 # ## Exercises
 # 1. Re-run with `temperatures = [1.5]`. Which method degrades most?
 # 2. Point `prompt_file` at Spec-Bench's `question.jsonl`. Do the per-task rankings hold?
-# 3. On a GPU (`device = "cuda"`), the verify ratio approaches 1: predict the new best K, then measure it.
+# 3. On a GPU (`device = "cuda"`), is the verify ratio closer to 1? Predict the new best K, then measure it.

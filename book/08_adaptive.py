@@ -25,8 +25,8 @@
 # context and the draft's own draws. The stop reads q at a position before the target has seen it; the hybrid's
 # test reads the context only; a lookup proposal is deterministic given the context, so its law is the one-hot on
 # the token, whose accept rule min(1, p(x)/1) and residual ∝ p with x removed give back p. Chapter 2's family
-# tests both (specs `linear:hybrid`, `linear:model@0.6`, `parallel:block@0.6`), and a stop that peeks at the
-# target's law (`mutants.PeekingStop`) is caught there (`tests/test_adaptive.py`).
+# tests both (specs `linear:hybrid`, `linear:model@0.6`, `parallel:block@0.6`); a stop that peeks at the
+# target's law (`mutants.PeekingStop`) is caught by the same family test in `tests/test_adaptive.py`.
 #
 # Every setting is chosen on held-out *training* prompts first (the draft's recipe holds them out, built from the
 # same templates as its training data), then the evaluation mix is measured once, in one interleaved run.
@@ -123,8 +123,17 @@ def phrase(row) -> str:
     return report.ratio_phrase_median(row["median"], row.q25, row.q75, n=int(row.n))
 
 
+def resolved(prefix: str, name: str) -> str:
+    """Whether the choice by median is clear of its rivals' IQRs (else a tie the chosen setting wins by median)."""
+    rows = tr[tr.index.str.startswith(prefix) & (tr.index != name)]
+    rivals = list(rows.index[rows.q75 >= tr.loc[name, "q25"]])
+    return f"; chosen by median, its IQR overlaps {', '.join(rivals)}: not resolved at this size" if rivals else ""
+
+
+prefixes = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ="}
 display(Markdown("\n".join(f"- **{role}**: {name} ({phrase(tr.loc[name])} over autoregressive on training prompts, "
-                           f"α = {tr.loc[name, 'alpha']:.2f})" for role, name in chosen.items())))
+                           f"α = {tr.loc[name, 'alpha']:.2f}{resolved(prefixes[role], name)})"
+                           for role, name in chosen.items())))
 tr.drop(columns=["family", "setting"]).round(3)
 
 # %% [markdown]

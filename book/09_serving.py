@@ -17,7 +17,8 @@
 # decoding lives off the same spare capacity: it verifies K + 1 tokens in one pass. In a batch the two
 # compete. A speculative step over B rows is a pass over B·(K + 1) tokens, and once that pass is no longer
 # nearly free the extra tokens cost more than the accepted drafts save. Somewhere in B speculation stops
-# paying. This chapter measures where, predicts it from pass costs alone, and checks the prediction.
+# paying, if it paid at B = 1. This chapter measures whether and where, predicts it from pass costs alone,
+# and checks the prediction.
 #
 # The batch runs on `sd.generate_batch` (`specdec_core/serving/`): one preallocated cache with a length per
 # row, so rows that accept different numbers of tokens are never re-padded. Each row's *accept* phase is the
@@ -25,8 +26,8 @@
 # (the tests check it bit for bit on float64 toy pairs; here, in float32, greedy rows are compared with
 # autoregressive decoding below).
 #
-# Speculation also changes how an answer arrives. Tokens come in bursts, one burst per verify pass, and a
-# server that times its stream *per chunk* reports one long gap where the reader received several tokens.
+# Speculation also changes how an answer arrives. Tokens come in bursts whenever a verify pass accepts drafts,
+# and a server that times its stream *per chunk* reports one long gap where the reader received several tokens.
 # The last section measures both.
 
 # %% tags=["parameters"]
@@ -71,8 +72,9 @@ print(ch)
 # ## The methods, fixed before measuring
 # Autoregressive decoding, linear speculative decoding with prompt lookup (the n-gram drafter, no model)
 # and with the shipped draft model, each at a K chosen before this chapter ran. A fourth runner decodes
-# one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1, and a fifth
-# serves the eight requests of the B = 8 batch one after another, to see what the batch buys.
+# one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1, and, when 8 is
+# one of `batch_sizes`, a fifth serves the eight requests of the B = 8 batch one after another, to see what the
+# batch buys.
 
 # %%
 methods = {
@@ -126,12 +128,12 @@ ax.xaxis.set_minor_locator(plt.NullLocator())
 ch.savefig(fig, "throughput_vs_batch")
 
 # %% [markdown]
-# Three numbers of this run decide whether batching works here at all: the batch path at B = 1 against the
-# single-sequence decoder (the cost of the per-row bookkeeping and the 4D mask), and autoregressive decoding
-# at B = 8 against B = 1 and against the same eight requests served one at a time (what a batch buys before
-# any speculation). Tokens per second count every token of every row over the whole call, prefill included;
-# the decode loop alone (the tokens after each row's first, over the time after the prefill) is printed beside
-# them, since the prefill of eight prompts is work that batching shares less well than decoding.
+# Up to three numbers of this run decide whether batching works here at all: the batch path at B = 1 against
+# the single-sequence decoder (the cost of the per-row bookkeeping and the 4D mask), and, when B = 8 ran,
+# autoregressive decoding at B = 8 against B = 1 and against the same eight requests served one at a time (what
+# a batch buys before any speculation). Tokens per second count every token of every row over the whole call,
+# prefill included; the decode loop alone (the tokens after each row's first, over the time after the prefill)
+# is printed beside them, so the prefill's share of each ratio can be read off.
 
 # %%
 def paired(a: str, b: str, Ba: int, Bb: int, col: str = "tokens_per_s") -> pd.Series:
@@ -156,7 +158,8 @@ display(Markdown("\n".join(f"- {name}: {report.ratio_phrase(paired(*c))}; decode
 # repeat. Predicted: from single-sequence pass costs alone. Autoregressive decoding spends one pass over B
 # tokens, t(B), per B tokens. A speculative step spends K draft passes over B tokens, t_d(B) (nothing for
 # prompt lookup), and one verify pass over B·(K + 1) tokens, and yields τ tokens per row, τ taken from the
-# runs above (it belongs to the draft and the prompts, not to B: the rows are the same decodes at every B):
+# runs above (a row decodes exactly as its prompt would alone, so B changes τ only through which prompts
+# its batches hold):
 #
 # $$\text{speedup}(B) = \frac{\tau \, t(B)}{K\, t_d(B) + t\big(B (K+1)\big)}$$
 #
@@ -201,7 +204,10 @@ ch.savefig(fig, "speedup_vs_batch")
 lines = []
 for name, g in speed.groupby("method", sort=False):
     m, p = sv.crossover(g.B, g.measured), sv.crossover(g.B, g.predicted)
-    say = lambda b: f"B = {b}" if b is not None else f"none up to B = {max(batch_sizes)}"
+    B0 = int(g.B.iloc[0])
+    # a crossover at the smallest B means speculation never paid in this run: say that, not "crossover"
+    say = lambda b: (f"B = {b}" if b is not None and b != B0 else f"none up to B = {max(batch_sizes)}" if b is None
+                     else f"none: slower already at B = {B0}")
     agree = ("within a factor of 2" if (m is None) == (p is None) and (m is None or max(m, p) / min(m, p) <= 2)
              else "more than a factor of 2 apart")
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]} "
@@ -247,7 +253,7 @@ stream.groupby("method", sort=False).median(numeric_only=True).drop(columns="pro
 
 # %% [markdown]
 # The arrival pattern of the first prompt's answer: autoregressive tokens arrive one per pass, speculative
-# ones in bursts, one burst per verify pass.
+# ones in a burst whenever a verify pass accepts drafts (the table above counts chunks against tokens).
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))

@@ -3,7 +3,8 @@
     report.ratio_phrase(paired_ratios)            # '1.21× (IQR 1.05–1.31, 12 pairs): faster'
     report.verdict(median, q25, q75)              # 'faster' | 'slower' | 'ties'
 
-The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*.
+The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*, and a
+single pair (no spread at all) gets no verdict.
 Chapters render their findings from these strings, so the words always match the numbers beside them.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ def verdict(median: float, q25: float, q75: float, better: str = "faster", worse
 def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, **words) -> str:
     """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
     pairs = f", {n} pair{'s' if n != 1 else ''}" if n is not None else ""
-    return f"{median:.2f}× (IQR {q25:.2f}–{q75:.2f}{pairs}): {verdict(median, q25, q75, **words)}"
+    said = "one pair, no verdict" if n == 1 else verdict(median, q25, q75, **words)  # one pair has no spread
+    return f"{median:.2f}× (IQR {q25:.2f}–{q75:.2f}{pairs}): {said}"
 
 
 def ratio_phrase(ratios, **words) -> str:
