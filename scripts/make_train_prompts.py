@@ -2,6 +2,7 @@
 
     python scripts/make_train_prompts.py            # writes data/prompts/train.jsonl
     python scripts/make_train_prompts.py --check    # fails if the committed file differs from a rebuild
+    python scripts/make_train_prompts.py --more     # data/prompts/train_more.jsonl (--check works there too)
 
 The generator (templates × topics of the project's own, disjoint from the eval mix) is
 :mod:`specdec_core.train.prompts`; this is its command line.
@@ -9,6 +10,7 @@ The generator (templates × topics of the project's own, disjoint from the eval 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,8 +23,17 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=prompts.SEED)
     ap.add_argument("--out", type=Path, default=prompts.TRAIN_PATH)
     ap.add_argument("--check", action="store_true", help="only compare a rebuild with the file on disk")
+    ap.add_argument("--more", action="store_true",
+                    help="the second set (prompts.build_more: into-English translation, numbered passages, the eval "
+                         "mix's task proportions), never repeating a first-set prompt")
     args = ap.parse_args()
-    rows = prompts.build(args.n, args.seed)
+    if args.more:
+        first = {json.loads(line)["turns"][0] for line in prompts.TRAIN_PATH.read_text().splitlines() if line.strip()}
+        seed = args.seed if args.seed != prompts.SEED else prompts.MORE_SEED
+        out = args.out if args.out != prompts.TRAIN_PATH else prompts.MORE_PATH
+        rows, args.out, args.seed = prompts.build_more(args.n, seed, exclude=first), out, seed
+    else:
+        rows = prompts.build(args.n, args.seed)
     try:
         prompts.check_disjoint(rows)
     except ValueError as e:

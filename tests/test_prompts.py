@@ -193,3 +193,49 @@ def test_no_eval_prompt_in_train_set(mix):
         for i, shared in hits.items():
             overlap = shared / min(len(sh), len(train_sh[i]))
             assert overlap < 0.5, f"{p.id} shares {overlap:.0%} of its 8-word shingles with train prompt #{i}"
+
+
+TRAIN_FILES = [ROOT / "data" / "prompts" / n for n in ("train.jsonl", "train_more.jsonl")]
+
+
+def _shared_eval_runs(path: Path, n: int = 8) -> list[tuple[str, tuple]]:
+    """(train prompt id, an n-word run it shares with an eval prompt) for every turn of every training prompt."""
+    from specdec_core.train.prompts import eval_grams, grams
+
+    ev = eval_grams(DEFAULT_PATH, n)
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            for t in row["turns"]:
+                out += [(row["id"], g) for g in grams(t, n) & ev][:1]
+    return out
+
+
+@pytest.mark.parametrize("path", TRAIN_FILES, ids=lambda p: p.name)
+def test_no_eight_word_run_of_an_eval_prompt_in_training_prompts(path, tmp_path):
+    """Strict disjointness: no 8-word run (lower case, words = letters and digits) of any eval turn occurs in any
+    turn of the training prompts. The same scan is shown to catch one planted run (its mutant)."""
+    if not path.exists():
+        pytest.skip(f"{path.name} not built (python scripts/make_train_prompts.py{' --more' if 'more' in path.name else ''})")
+    assert _shared_eval_runs(path) == []
+    mix_text = load_prompts()[5].text
+    planted = tmp_path / "planted.jsonl"
+    planted.write_text(json.dumps(dict(id="x", turns=["Please help: " + " ".join(mix_text.split()[:8])])) + "\n")
+    assert len(_shared_eval_runs(planted)) == 1
+
+
+def test_more_prompts_cover_the_thin_spots():
+    """The second set holds translation into English from each eval language and numbered retrieval passages,
+    every task of the mix, and no first-set prompt."""
+    path = TRAIN_FILES[1]
+    if not path.exists():
+        pytest.skip("train_more.jsonl not built")
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    assert {r["task"] for r in rows} == set(TASKS)
+    into_en = [r for r in rows if r["task"] == "translation" and re.search(r"[Ii]nto English|in English", r["turns"][0])]
+    for lang in ("German", "French", "Spanish"):
+        assert any(lang in r["turns"][0] for r in into_en), f"no {lang} → English prompt"
+    assert sum("Passage 1:" in r["turns"][0] for r in rows if r["task"] == "rag") >= 100
+    first = {json.loads(x)["turns"][0] for x in TRAIN_FILES[0].read_text(encoding="utf-8").splitlines() if x.strip()}
+    assert not first & {r["turns"][0] for r in rows}

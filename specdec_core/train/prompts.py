@@ -267,6 +267,141 @@ def build(n: int, seed: int = SEED) -> list[dict]:
     return rows
 
 
+# -- more prompts where the first set is thin (``data/prompts/train_more.jsonl``) -----------------------
+# The first set translates only *from* English and builds retrieval contexts as whole documents; the eval mix
+# mostly translates *into* English (German, French, Spanish) and numbers its retrieved passages. These
+# tables write short sentences in those three languages (subject + predicate + time, each table grammatical
+# with every row of the others), and numbered passages of fictional facts.
+FOREIGN = {
+    "German": dict(
+        subj=["Der alte Fischer", "Meine jüngere Schwester", "Der neue Direktor", "Unser Nachbar", "Die Lehrerin",
+              "Ein müder Reisender", "Der Koch", "Die Bürgermeisterin", "Mein Großvater", "Das Kind"],
+        pred=["hat den Zaun im Garten repariert", "hat die Schlüssel zu Hause vergessen",
+              "hat die Küche gelb gestrichen", "hat den letzten Bus verpasst", "hat drei Bäume gepflanzt",
+              "hat einen langen Brief geschrieben", "hat im Park eine Geldbörse gefunden",
+              "hat Brot für die ganze Straße gebacken", "hat ein neues Fahrrad gekauft",
+              "hat das Treffen abgesagt"],
+        when=["gestern Abend", "letzten Sommer", "vor dem Frühstück", "während des Gewitters", "am Montag",
+              "nach dem Konzert", "jedes Wochenende", "mitten in der Nacht"],
+        order=None),  # see foreign_sentence
+    "French": dict(
+        subj=["Le vieux pêcheur", "Ma petite sœur", "Le nouveau directeur", "Notre voisin", "La professeure",
+              "Un voyageur fatigué", "Le cuisinier", "La maire", "Mon grand-père", "L'enfant"],
+        pred=["a réparé la clôture du jardin", "a oublié les clés à la maison", "a peint la cuisine en jaune",
+              "a manqué le dernier bus", "a planté trois arbres", "a écrit une longue lettre",
+              "a trouvé un portefeuille dans le parc", "a fait du pain pour toute la rue",
+              "a acheté un nouveau vélo", "a annulé la réunion"],
+        when=["hier soir", "l'été dernier", "avant le petit-déjeuner", "pendant l'orage", "lundi",
+              "après le concert", "chaque week-end", "au milieu de la nuit"],
+        order="{subj} {pred} {when}."),
+    "Spanish": dict(
+        subj=["El viejo pescador", "Mi hermana menor", "El nuevo director", "Nuestro vecino", "La profesora",
+              "Un viajero cansado", "El cocinero", "La alcaldesa", "Mi abuelo", "El niño"],
+        pred=["reparó la valla del jardín", "olvidó las llaves en casa", "pintó la cocina de amarillo",
+              "perdió el último autobús", "plantó tres árboles", "escribió una carta larga",
+              "encontró una cartera en el parque", "hizo pan para toda la calle", "compró una bicicleta nueva",
+              "canceló la reunión"],
+        when=["ayer por la tarde", "el verano pasado", "antes del desayuno", "durante la tormenta", "el lunes",
+              "después del concierto", "cada fin de semana", "en mitad de la noche"],
+        order="{subj} {pred} {when}."),
+}
+
+
+def foreign_sentence(rng, lang: str) -> str:
+    t = FOREIGN[lang]
+    subj, pred, when = pick(rng, t["subj"]), pick(rng, t["pred"]), pick(rng, t["when"])
+    if lang == "German":  # perfect tense: the participle closes the clause, the time phrase sits before the object
+        head, tail = pred.split(" ", 1)
+        return f"{subj} {head} {when} {tail}."
+    return t["order"].format(subj=subj, pred=pred, when=when)
+
+
+def translation_into_english(rng):
+    lang = pick(rng, list(FOREIGN))
+    body = " ".join(foreign_sentence(rng, lang) for _ in range(rng.choice([1, 1, 2, 3, 4])))
+    text = pick(rng, [f"Translate this {lang} text into English:\n\n{body}", f"Into English, please: {body}",
+                      f"What does this {lang} sentence mean in English? {body}",
+                      f"Please give an English translation of the following {lang}:\n{body}",
+                      f"{body}\n\nTranslate the text above from {lang} into English."])
+    return "translation", [text]
+
+
+def passage_facts(rng) -> list[str]:
+    """Three to five numbered-passage facts about one fictional place (hours, prices, rules, plans)."""
+    town, fac, who = pick(rng, TOWNS), pick(rng, FACILITIES), pick(rng, PEOPLE)
+    name = f"the {town} {fac}"
+    h1, h2, price, cap = rng.randint(7, 10), rng.randint(4, 9), rng.randint(2, 12), rng.randint(2, 9) * 10
+    facts = [f"{name[0].upper() + name[1:]} is open from {h1} am to {h2} pm on weekdays and closes at noon on Sundays.",
+             f"A day ticket for {name} costs {price} dollars; students pay half price and children under six are free.",
+             f"Groups of more than {cap} people must book a visit to {name} at least one week in advance.",
+             f"From next {pick(rng, ['March', 'June', 'September', 'November'])}, {name} will be managed by {who}, "
+             f"who plans to add evening events once a month.",
+             f"Parking near {name} is limited to two hours; the number {rng.randint(3, 40)} bus stops at the main "
+             f"entrance every {rng.choice([10, 15, 20, 30])} minutes."]
+    rng.shuffle(facts)
+    return facts[:rng.randint(3, 5)]
+
+
+def rag_passages(rng):
+    facts = passage_facts(rng)
+    ctx = "\n".join(f"Passage {i + 1}: {f}" for i, f in enumerate(facts))
+    q = pick(rng, ["When is it open, and how much does a visit cost?", "What must a large group do before a visit?",
+                   "Who will manage it, and what is planned?", "How can a visitor get there, and where can they park?",
+                   "Summarize what a family of four should know before visiting."])
+    text = pick(rng, [f"Use only the passages to answer.\n\n{ctx}\n\nQuestion: {q}",
+                      f"Passages:\n{ctx}\n\nAnswer from the passages above: {q}",
+                      f"{ctx}\n\nBased only on these passages, {q[0].lower() + q[1:]}"])
+    return "rag", [text]
+
+
+# the eval mix's six tasks in its proportions (16 multi-turn, 12 of each other task), the thin spots doubled
+# inside their task: translation into English, numbered passages
+MORE_GENERATORS = [(multi_turn, 16), (translation_into_english, 9), (translation, 3), (summarization, 12),
+                   (qa, 12), (math_reasoning, 12), (rag_passages, 8), (rag, 4)]
+MORE_PATH = REPO_ROOT / "data" / "prompts" / "train_more.jsonl"
+MORE_SEED = 20261130
+
+
+def build_more(n: int, seed: int = MORE_SEED, exclude: set[str] = frozenset()) -> list[dict]:
+    """``n`` distinct prompts from :data:`MORE_GENERATORS` (ids ``more-NNNNN``), none of them in ``exclude``
+    (the first set's first turns) and none sharing an 8-word run with the eval mix (those are drawn again)."""
+    rng = random.Random(seed)
+    fns = [f for f, w in MORE_GENERATORS for _ in range(w)]
+    ev = eval_grams(EVAL_PATH, 8)
+    rows, seen = [], set(exclude)
+    while len(rows) < n:
+        fn = pick(rng, fns)
+        category, turns = fn(rng)
+        if turns[0] in seen or grams(turns[0], 8) & ev:
+            continue
+        seen.add(turns[0])
+        rows.append(dict(id=f"more-{len(rows):05d}", task=fn.__name__ if fn.__name__ in TASK_NAMES else category,
+                         category=category, turns=turns, length=length_of(turns[0])))
+    return rows
+
+
+TASK_NAMES = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
+
+
+def grams(text: str, n: int) -> set:
+    """The ``n``-word runs of ``text`` (lower case, words = runs of letters and digits)."""
+    import re
+
+    w = re.findall(r"\w+", text.lower())
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+def eval_grams(eval_path: Path = EVAL_PATH, n: int = 8) -> set:
+    """Every ``n``-word run of every turn of the eval mix (empty without the file)."""
+    out = set()
+    if eval_path.exists():
+        for line in eval_path.read_text().splitlines():
+            if line.strip():
+                for t in json.loads(line)["turns"]:
+                    out |= grams(t, n)
+    return out
+
+
 def check_disjoint(rows: list[dict], eval_path: Path = EVAL_PATH, n_words: int = 10) -> None:
     """Raise ``ValueError`` if a training prompt's first turn shares an ``n_words``-word run with an eval prompt
     (no eval file: nothing to check)."""

@@ -1,0 +1,150 @@
+"""A pilot for the data-scaling study: does broader teacher data buy acceptance where the shipped draft is weakest?
+
+    python scripts/pilot_more_data.py                    # ~50 min on 2 cores; resumes after an interruption
+    python scripts/pilot_more_data.py --more 500 --out data/reference/draft_pilot_more.json
+
+The shipped draft was distilled from the target's answers to 900 prompts of ``data/prompts/train.jsonl``
+(:class:`specdec_core.train.drafts.Recipe`). This script regenerates that teacher data (cached under
+``data/train_cache/``), adds the target's answers to ``--more`` prompts of ``data/prompts/train_more.jsonl``
+(the eval mix's task proportions; translation *into* English and numbered retrieval passages, which the first
+set lacks; no 8-word run of an eval prompt), trains a draft with the same recipe (architecture, vocabulary
+size, optimiser, steps, seed) on both, and measures both drafts on the evaluation mix, teacher-forced:
+
+- greedy α: the draft's argmax equals the target's on the target's own greedy answer (exactly the greedy
+  per-token acceptance of speculative decoding), response positions 2 onwards, per task;
+- T = 1 α: mean Σ min(p, q) over the target's temperature-1 answers (p truncated to its top-20: a lower bound).
+
+Nothing is chosen on the eval mix: the recipe is the shipped one, only the data grows. The new draft is not
+installed; its weights stay in the cache. Run it alone (it is long, and other timings would suffer).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from specdec_core.models import shipped
+from specdec_core.models.draft import DraftModel, load_draft, save_draft
+from specdec_core.models.hub import MANIFEST, MODELS_DIR, load_pair, sha256_file
+from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
+from specdec_core.study.prompts import encode, load_prompts
+from specdec_core.train import distill, drafts
+from specdec_core.train.drafts import CACHE, EOS, PAD, is_val
+from specdec_core.train.prompts import MORE_PATH
+
+
+def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = None) -> list[dict]:
+    """The target's greedy and temperature-1 answers to every eval prompt (first turn), with its top-20 law."""
+    prompts = load_prompts(EVAL_PATH, per_task=per_task)
+    ids = [encode(pair, p) for p in prompts]
+    recs = []
+    for mode, temp in (("greedy", 0.0), ("sample", 1.0)):
+        order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))
+        for b in range(0, len(order), batch):
+            items = order[b:b + batch]
+            out = distill.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b,
+                                        EOS, PAD)
+            for r, i in zip(out, items):
+                r.update(key=prompts[i].id, mode=mode, task=prompts[i].task)
+            recs += out
+    return recs
+
+
+def alpha_by_task(draft, records: list[dict]) -> dict:
+    """:func:`distill.agreement` of ``draft`` (its own vocabulary) per task and over all records."""
+    slots = distill.slot_map(draft.vocab, draft.config.vocab_size)
+    fn = drafts.sub_logits_fn(draft)
+    out = {}
+    for task in sorted({r["task"] for r in records}) + ["all"]:
+        sel = [r for r in records if task in ("all", r["task"])]
+        with torch.no_grad():
+            a = distill.agreement(fn, sel, slots, PAD)
+        out[task] = {k: round(v, 4) if isinstance(v, float) else v for k, v in a.items()}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--more", type=int, default=500, help="prompts of train_more.jsonl the target answers")
+    ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
+    ap.add_argument("--eval-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=Path("data/reference/draft_pilot_more.json"))
+    ap.add_argument("--smoke", action="store_true", help="every stage at a tiny size (a minute): checks the plumbing")
+    args = ap.parse_args()
+    if not MORE_PATH.exists():
+        raise SystemExit(f"{MORE_PATH} is missing: python scripts/make_train_prompts.py --more")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    recipe = drafts.Recipe()
+    if args.smoke:
+        recipe = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=8, gen_batch=4,
+                               train=distill.TrainConfig(steps=3, lr=3e-3, warmup=1, batch_tokens=512, seed=0,
+                                                         ckpt_every=100))
+        args.more, args.eval_tokens = 6, 6
+        if args.out == Path("data/reference/draft_pilot_more.json"):
+            args.out = Path("build/pilot_smoke.json")
+    pair = load_pair("smollm2-135m")
+    pair.target.requires_grad_(False)
+    # 1. the shipped recipe's teacher data, then the target's answers to the new prompts
+    train1, val1, info1 = drafts.teacher_records(pair, recipe)
+    more = load_prompts(MORE_PATH)
+    n_sample = round(args.more * args.sample_frac)
+    target_sha = json.loads((MODELS_DIR / "smollm2-135m" / MANIFEST).read_text())["model.safetensors"]
+    plan = distill.TeacherPlan(prompts_sha256=sha256_file(MORE_PATH), target_sha256=target_sha,
+                               modes=(("greedy", 0.0, args.more - n_sample), ("sample", 1.0, n_sample)),
+                               max_new_tokens=recipe.max_new_tokens, top_k_record=recipe.top_k_record,
+                               batch_size=recipe.gen_batch, seed=recipe.seed)
+    t = time.perf_counter()
+    folder = distill.generate_teacher_data(pair.target, [encode(pair, p) for p in more], [p.id for p in more], plan,
+                                           CACHE, eos_id=EOS, pad_id=PAD)
+    more_s = time.perf_counter() - t
+    recs2 = distill.load_teacher_data(folder)
+    train2 = [r for r in recs2 if not is_val(r["key"], recipe.val_frac)]
+    train = train1 + train2
+    tokens = lambda rs: sum(r["response"].numel() for r in rs)
+    print(f"teacher data: {tokens(train1)} + {tokens(train2)} response tokens ({more_s:.0f} s for the new prompts)")
+    # 2. the same recipe on both sets (vocabulary chosen on the union, as the recipe chooses it on its data)
+    vocab = distill.choose_draft_vocab(train, recipe.draft_vocab, pair.target.config.vocab_size, always=(EOS,))
+    slots = distill.slot_map(vocab, pair.target.config.vocab_size)
+    draft = DraftModel.from_target(pair.target, list(recipe.layers), vocab)
+    run_dir = CACHE / f"pilot-more-{plan.key()}-{recipe.key()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hist = distill.train(draft, drafts.kd_step(slots), train, recipe.train, ckpt=run_dir / "ckpt.pt")
+    save_draft(draft, run_dir / "final", meta=dict(recipe=asdict(recipe), extra_prompts=str(MORE_PATH.name),
+                                                   extra_plan=asdict(plan)))
+    new = load_draft(run_dir / "final", pair.target)
+    old = shipped.load_model_draft(pair.target)
+    # 3. both drafts on the held-out training prompts (where a recipe may be chosen) and on the eval mix
+    val = {"held-out training prompts (first set)": val1,
+           "held-out training prompts (more)": [r for r in recs2 if is_val(r["key"], recipe.val_frac)]}
+    ev = eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None)
+    val["eval mix"] = ev
+    report = dict(
+        script="scripts/pilot_more_data.py", threads=torch.get_num_threads(),
+        data=dict(first_set_tokens=tokens(train1), more_tokens=tokens(train2), more_prompts=args.more,
+                  more_sample_prompts=n_sample, more_teacher_seconds=round(more_s, 1)),
+        recipe=asdict(recipe), train_seconds=round(hist["seconds"], 1),
+        vocab_coverage_eval=round(distill.coverage([r for r in ev if r["mode"] == "greedy"], vocab), 4),
+        shipped={k: alpha_by_task(old, v) for k, v in val.items()},
+        more_data={k: alpha_by_task(new, v) for k, v in val.items()},
+        total_seconds=round(time.perf_counter() - t0, 1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    ev_old, ev_new = report["shipped"]["eval mix"], report["more_data"]["eval mix"]
+    print(f"\n{'task':16s} greedy α shipped → more data   T=1 α shipped → more data")
+    for task in ev_old:
+        print(f"{task:16s} {ev_old[task]['greedy_alpha']:.3f} → {ev_new[task]['greedy_alpha']:.3f}"
+              f"              {ev_old[task]['t1_alpha']:.3f} → {ev_new[task]['t1_alpha']:.3f}")
+    print(f"wrote {args.out} in {report['total_seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
