@@ -36,6 +36,7 @@ from specdec_core.study.prompts import encode, load_prompts
 from specdec_core.train import distill, drafts
 from specdec_core.train.drafts import CACHE, EOS, PAD, is_val
 from specdec_core.train.prompts import MORE_PATH
+from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
 
 
 def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = None) -> list[dict]:
@@ -124,6 +125,10 @@ def main() -> int:
     # 3. both drafts on the held-out training prompts (where a recipe may be chosen) and on the eval mix
     val = {"held-out training prompts (first set)": val1,
            "held-out training prompts (more)": [r for r in recs2 if is_val(r["key"], recipe.val_frac)]}
+    task_of = {p.id: p.task for p in load_prompts(TRAIN_PROMPTS) + more}
+    for recs in val.values():
+        for r in recs:
+            r["task"] = task_of[r["key"]]
     ev = eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None)
     val["eval mix"] = ev
     report = dict(
