@@ -252,9 +252,10 @@ cost = ch.save(ts.pass_cost_curves(pair.target, drafter.model, encoded[0][1].num
                                    repeats=cost_repeats), "pass_costs")
 tc, dc = (cost[cost.model == m].set_index("tokens") for m in ("target", "draft"))
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-sns.lineplot(data=shape_df.reset_index().melt(id_vars=["shape", "family", "nodes"], value_vars=["predicted_accept",
-             "measured_accept"], var_name="how", value_name="accepted"), x="nodes", y="accepted", hue="family",
-             style="how", markers=True, ax=axes[0])
+# points, not lines: a family may have one size at a small run, and the sizes between were not measured
+sns.scatterplot(data=shape_df.reset_index().melt(id_vars=["shape", "family", "nodes"], value_vars=["predicted_accept",
+                "measured_accept"], var_name="how", value_name="accepted"), x="nodes", y="accepted", hue="family",
+                style="how", s=60, ax=axes[0])
 axes[0].set(xlabel="nodes per tree (N)", ylabel="accepted draft tokens per pass", title="acceptance vs tree size")
 for c_, name, m in ((tc, "target pass", "o"), (dc, "draft pass", "s")):
     axes[1].errorbar(c_.index, c_["median"], yerr=[c_["median"] - c_.q25, c_.q75 - c_["median"]], fmt=m, label=name)
