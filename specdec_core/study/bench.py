@@ -23,8 +23,8 @@ import torch
 
 from ..drafters import Drafter
 from ..sampling import SamplingParams
-from .book import progress as tqdm  # plain tqdm, few updates (tqdm.auto warns "IProgress not found" in a notebook)
-from .profiling import at_context, pass_fn, progress_bars, summarize, sync, time_interleaved
+from .profiling import at_context, pass_fn, summarize, sync, time_interleaved
+from .profiling import progress_bar as tqdm
 
 Runner = Callable[[torch.Tensor], dict]  # prompt ids -> {"tokens": list[int], ...extra stats}
 
@@ -42,7 +42,7 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
             runners[name](prompts[0][1])
     rows = []
     total = repeats * len(prompts) * len(names)
-    bar = tqdm(total=total, desc="benchmark", disable=not (progress and progress_bars()))
+    bar = tqdm(total=total, desc="benchmark", disable=not progress)
     for rep in range(repeats):
         for i, (meta, ids) in enumerate(prompts):
             order = names[(i + rep) % len(names):] + names[: (i + rep) % len(names)]

@@ -18,21 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..models import load_pair, resolve_device
 from . import profiling
 from .prompts import encode, load_prompts
 
-def progress(iterable=None, **kw):
-    """tqdm with few updates (an interactive run stays readable), and none in the executed book
-    (:func:`~specdec_core.study.profiling.progress_bars`)."""
-    kw.setdefault("mininterval", 10)
-    kw["disable"] = kw.get("disable", False) or not profiling.progress_bars()
-    return tqdm(iterable, **kw)
+progress = profiling.progress_bar  # tqdm with few updates, and none in the executed book
 
 
-ONE_POINT_NOTE = "figure {figure}: series {series!r} has one point (a sweep needs two values); drawn as a marker"
+ONE_POINT = "has one point (a sweep needs two values)"  # what tests/test_book_outputs.py looks for
+ONE_POINT_NOTE = "figure {figure}: series {series!r} " + ONE_POINT + "; drawn as a marker"
 
 
 def one_point_lines(fig, repair: bool = False) -> list[str]:

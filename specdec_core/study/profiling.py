@@ -73,6 +73,16 @@ def progress_bars() -> bool:
     return os.environ.get("SPECDEC_PROGRESS", "1") != "0"
 
 
+def progress_bar(iterable=None, **kw):
+    """Plain tqdm (``tqdm.auto`` warns "IProgress not found" in a notebook) with few updates, so an interactive run
+    stays readable, and none at all where :func:`progress_bars` says no (the executed book)."""
+    from tqdm import tqdm
+
+    kw.setdefault("mininterval", 10)
+    kw["disable"] = kw.get("disable", False) or not progress_bars()
+    return tqdm(iterable, **kw)
+
+
 def device_tag(device: torch.device | str) -> str:
     """A filesystem-safe name of the hardware: ``cpu-amd-epyc``, ``cuda-nvidia-h200``, ..."""
     d = torch.device(device)
@@ -129,12 +139,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
             fns[n]()
     sync(device)
     rng, rows = random.Random(seed), []
-    rounds = range(repeats)
-    if progress and progress_bars():
-        from tqdm import tqdm
-
-        rounds = tqdm(rounds, desc="timing rounds", leave=False, mininterval=10)
-    for r in rounds:
+    for r in progress_bar(range(repeats), desc="timing rounds", leave=False, disable=not progress):
         order = names[:]
         rng.shuffle(order)
         for n in order:
