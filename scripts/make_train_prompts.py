@@ -20,8 +20,8 @@ from specdec_core.train import prompts
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=3000, help="number of prompts")
-    ap.add_argument("--seed", type=int, default=prompts.SEED)
-    ap.add_argument("--out", type=Path, default=prompts.TRAIN_PATH)
+    ap.add_argument("--seed", type=int, default=None, help="default: the set's own (prompts.SEED, prompts.MORE_SEED)")
+    ap.add_argument("--out", type=Path, default=None, help="default: data/prompts/train.jsonl (train_more.jsonl)")
     ap.add_argument("--check", action="store_true", help="only compare a rebuild with the file on disk")
     ap.add_argument("--more", action="store_true",
                     help="the second set (prompts.build_more: into-English translation, numbered passages, the eval "
@@ -29,10 +29,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.more:
         first = {json.loads(line)["turns"][0] for line in prompts.TRAIN_PATH.read_text().splitlines() if line.strip()}
-        seed = args.seed if args.seed != prompts.SEED else prompts.MORE_SEED
-        out = args.out if args.out != prompts.TRAIN_PATH else prompts.MORE_PATH
-        rows, args.out, args.seed = prompts.build_more(args.n, seed, exclude=first), out, seed
+        args.seed = prompts.MORE_SEED if args.seed is None else args.seed
+        args.out = args.out or prompts.MORE_PATH
+        rows = prompts.build_more(args.n, args.seed, exclude=first)
     else:
+        args.seed = prompts.SEED if args.seed is None else args.seed
+        args.out = args.out or prompts.TRAIN_PATH
         rows = prompts.build(args.n, args.seed)
     try:
         prompts.check_disjoint(rows)

@@ -170,8 +170,9 @@ def _train_texts(path: Path) -> list[str]:
 
 
 def _shingles(text: str, n: int = 8) -> set:
-    words = re.findall(r"\w+", text.lower())
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    from specdec_core.train.prompts import grams
+
+    return grams(text, n)
 
 
 @pytest.mark.skipif(not TRAIN.exists(), reason="data/prompts/train.jsonl not built")

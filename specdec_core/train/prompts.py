@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 from ..models.hub import REPO_ROOT
@@ -251,20 +252,27 @@ def rag(rng):
 GENERATORS = [(multi_turn, 8), (translation, 3), (summarization, 3), (qa, 3), (math_reasoning, 3), (rag, 3)]
 
 
-def build(n: int, seed: int = SEED) -> list[dict]:
-    """``n`` distinct prompts, deterministic in ``seed``."""
+def draw(generators, n: int, seed: int, prefix: str, skip=lambda text: False) -> list[dict]:
+    """``n`` distinct prompts ``<prefix>-NNNNN`` from weighted ``generators`` ((function, weight), ...), deterministic
+    in ``seed``; a first turn already drawn, or one ``skip`` refuses, is drawn again. A prompt's task is its
+    generator's (:data:`TASK_OF`, else the generator's name)."""
     rng = random.Random(seed)
-    fns = [f for f, w in GENERATORS for _ in range(w)]
+    fns = [f for f, w in generators for _ in range(w)]
     rows, seen = [], set()
     while len(rows) < n:
         fn = pick(rng, fns)
         category, turns = fn(rng)
-        if turns[0] in seen:
+        if turns[0] in seen or skip(turns[0]):
             continue
         seen.add(turns[0])
-        rows.append(dict(id=f"train-{len(rows):05d}", task=fn.__name__, category=category, turns=turns,
-                         length=length_of(turns[0])))
+        rows.append(dict(id=f"{prefix}-{len(rows):05d}", task=TASK_OF.get(fn, fn.__name__), category=category,
+                         turns=turns, length=length_of(turns[0])))
     return rows
+
+
+def build(n: int, seed: int = SEED) -> list[dict]:
+    """``n`` distinct prompts of :data:`GENERATORS`, deterministic in ``seed``."""
+    return draw(GENERATORS, n, seed, "train")
 
 
 # -- more prompts where the first set is thin (``data/prompts/train_more.jsonl``) -----------------------
@@ -283,7 +291,7 @@ FOREIGN = {
               "hat das Treffen abgesagt"],
         when=["gestern Abend", "letzten Sommer", "vor dem Frühstück", "während des Gewitters", "am Montag",
               "nach dem Konzert", "jedes Wochenende", "mitten in der Nacht"],
-        order=None),  # see foreign_sentence
+),
     "French": dict(
         subj=["Le vieux pêcheur", "Ma petite sœur", "Le nouveau directeur", "Notre voisin", "La professeure",
               "Un voyageur fatigué", "Le cuisinier", "La maire", "Mon grand-père", "L'enfant"],
@@ -293,7 +301,7 @@ FOREIGN = {
               "a acheté un nouveau vélo", "a annulé la réunion"],
         when=["hier soir", "l'été dernier", "avant le petit-déjeuner", "pendant l'orage", "lundi",
               "après le concert", "chaque week-end", "au milieu de la nuit"],
-        order="{subj} {pred} {when}."),
+),
     "Spanish": dict(
         subj=["El viejo pescador", "Mi hermana menor", "El nuevo director", "Nuestro vecino", "La profesora",
               "Un viajero cansado", "El cocinero", "La alcaldesa", "Mi abuelo", "El niño"],
@@ -303,17 +311,17 @@ FOREIGN = {
               "canceló la reunión"],
         when=["ayer por la tarde", "el verano pasado", "antes del desayuno", "durante la tormenta", "el lunes",
               "después del concierto", "cada fin de semana", "en mitad de la noche"],
-        order="{subj} {pred} {when}."),
+),
 }
 
 
 def foreign_sentence(rng, lang: str) -> str:
     t = FOREIGN[lang]
     subj, pred, when = pick(rng, t["subj"]), pick(rng, t["pred"]), pick(rng, t["when"])
-    if lang == "German":  # perfect tense: the participle closes the clause, the time phrase sits before the object
+    if lang == "German":  # perfect tense: the time phrase sits between the auxiliary and the object
         head, tail = pred.split(" ", 1)
         return f"{subj} {head} {when} {tail}."
-    return t["order"].format(subj=subj, pred=pred, when=when)
+    return f"{subj} {pred} {when}."
 
 
 def translation_into_english(rng):
@@ -358,6 +366,7 @@ def rag_passages(rng):
 # inside their task: translation into English, numbered passages
 MORE_GENERATORS = [(multi_turn, 16), (translation_into_english, 9), (translation, 3), (summarization, 12),
                    (qa, 12), (math_reasoning, 12), (rag_passages, 8), (rag, 4)]
+TASK_OF = {translation_into_english: "translation", rag_passages: "rag"}  # generators not named after their task
 MORE_PATH = REPO_ROOT / "data" / "prompts" / "train_more.jsonl"
 MORE_SEED = 20261130
 
@@ -365,28 +374,12 @@ MORE_SEED = 20261130
 def build_more(n: int, seed: int = MORE_SEED, exclude: set[str] = frozenset()) -> list[dict]:
     """``n`` distinct prompts from :data:`MORE_GENERATORS` (ids ``more-NNNNN``), none of them in ``exclude``
     (the first set's first turns) and none sharing an 8-word run with the eval mix (those are drawn again)."""
-    rng = random.Random(seed)
-    fns = [f for f, w in MORE_GENERATORS for _ in range(w)]
     ev = eval_grams(EVAL_PATH, 8)
-    rows, seen = [], set(exclude)
-    while len(rows) < n:
-        fn = pick(rng, fns)
-        category, turns = fn(rng)
-        if turns[0] in seen or grams(turns[0], 8) & ev:
-            continue
-        seen.add(turns[0])
-        rows.append(dict(id=f"more-{len(rows):05d}", task=fn.__name__ if fn.__name__ in TASK_NAMES else category,
-                         category=category, turns=turns, length=length_of(turns[0])))
-    return rows
-
-
-TASK_NAMES = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
+    return draw(MORE_GENERATORS, n, seed, "more", skip=lambda text: text in exclude or bool(grams(text, 8) & ev))
 
 
 def grams(text: str, n: int) -> set:
     """The ``n``-word runs of ``text`` (lower case, words = runs of letters and digits)."""
-    import re
-
     w = re.findall(r"\w+", text.lower())
     return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
 
@@ -405,19 +398,8 @@ def eval_grams(eval_path: Path = EVAL_PATH, n: int = 8) -> set:
 def check_disjoint(rows: list[dict], eval_path: Path = EVAL_PATH, n_words: int = 10) -> None:
     """Raise ``ValueError`` if a training prompt's first turn shares an ``n_words``-word run with an eval prompt
     (no eval file: nothing to check)."""
-    if not eval_path.exists():
-        return
-
-    def grams(text):
-        w = text.split()
-        return {tuple(w[i:i + n_words]) for i in range(len(w) - n_words + 1)}
-
-    ev = set()
-    for line in eval_path.read_text().splitlines():
-        if line.strip():
-            for t in json.loads(line)["turns"]:
-                ev |= grams(t)
-    bad = [r["id"] for r in rows if grams(r["turns"][0]) & ev]
+    ev = eval_grams(eval_path, n_words)
+    bad = [r["id"] for r in rows if grams(r["turns"][0], n_words) & ev]
     if bad:
         raise ValueError(f"training prompts overlap the eval mix ({len(bad)}): {bad[:5]}")
 
