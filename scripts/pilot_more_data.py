@@ -30,11 +30,11 @@ import torch
 
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel, load_draft, save_draft
-from specdec_core.models.hub import MANIFEST, MODELS_DIR, load_pair, sha256_file
+from specdec_core.models.hub import load_pair
 from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
 from specdec_core.study.prompts import encode, load_prompts
 from specdec_core.train import distill, drafts
-from specdec_core.train.drafts import CACHE, EOS, PAD, is_val
+from specdec_core.train.drafts import CACHE, EOS, PAD
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
 
@@ -75,7 +75,8 @@ def main() -> int:
     ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
     ap.add_argument("--eval-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=Path("data/reference/draft_pilot_more.json"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: data/reference/draft_pilot_more.json (--smoke: build/pilot_smoke.json)")
     ap.add_argument("--smoke", action="store_true", help="every stage at a tiny size (a minute): checks the plumbing")
     args = ap.parse_args()
     if not MORE_PATH.exists():
@@ -89,43 +90,33 @@ def main() -> int:
                                train=distill.TrainConfig(steps=3, lr=3e-3, warmup=1, batch_tokens=512, seed=0,
                                                          ckpt_every=100))
         args.more, args.eval_tokens = 6, 6
-        if args.out == Path("data/reference/draft_pilot_more.json"):
-            args.out = Path("build/pilot_smoke.json")
+    args.out = args.out or Path("build/pilot_smoke.json" if args.smoke else "data/reference/draft_pilot_more.json")
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
     # 1. the shipped recipe's teacher data, then the target's answers to the new prompts
     train1, val1, info1 = drafts.teacher_records(pair, recipe)
-    more = load_prompts(MORE_PATH)
     n_sample = round(args.more * args.sample_frac)
-    target_sha = json.loads((MODELS_DIR / "smollm2-135m" / MANIFEST).read_text())["model.safetensors"]
-    plan = distill.TeacherPlan(prompts_sha256=sha256_file(MORE_PATH), target_sha256=target_sha,
-                               modes=(("greedy", 0.0, args.more - n_sample), ("sample", 1.0, n_sample)),
-                               max_new_tokens=recipe.max_new_tokens, top_k_record=recipe.top_k_record,
-                               batch_size=recipe.gen_batch, seed=recipe.seed)
-    t = time.perf_counter()
-    folder = distill.generate_teacher_data(pair.target, [encode(pair, p) for p in more], [p.id for p in more], plan,
-                                           CACHE, eos_id=EOS, pad_id=PAD)
-    more_s = time.perf_counter() - t
-    recs2 = distill.load_teacher_data(folder)
-    train2 = [r for r in recs2 if not is_val(r["key"], recipe.val_frac)]
+    train2, val2, info2 = drafts.teacher_records(pair, recipe, prompt_file=MORE_PATH,
+                                                 counts=(args.more - n_sample, n_sample))
     train = train1 + train2
     tokens = lambda rs: sum(r["response"].numel() for r in rs)
-    print(f"teacher data: {tokens(train1)} + {tokens(train2)} response tokens ({more_s:.0f} s for the new prompts)")
+    print(f"teacher data: {tokens(train1)} + {tokens(train2)} response tokens "
+          f"({info2['teacher_seconds']:.0f} s for the new prompts)")
     # 2. the same recipe on both sets (vocabulary chosen on the union, as the recipe chooses it on its data)
     vocab = distill.choose_draft_vocab(train, recipe.draft_vocab, pair.target.config.vocab_size, always=(EOS,))
     slots = distill.slot_map(vocab, pair.target.config.vocab_size)
     draft = DraftModel.from_target(pair.target, list(recipe.layers), vocab)
-    run_dir = CACHE / f"pilot-more-{plan.key()}-{recipe.key()}"
+    run_dir = CACHE / f"pilot-more-{Path(info2['teacher_folder']).name}-{recipe.key()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     hist = distill.train(draft, drafts.kd_step(slots), train, recipe.train, ckpt=run_dir / "ckpt.pt")
     save_draft(draft, run_dir / "final", meta=dict(recipe=asdict(recipe), extra_prompts=str(MORE_PATH.name),
-                                                   extra_plan=asdict(plan)))
+                                                   extra_plan=info2["plan"]))
     new = load_draft(run_dir / "final", pair.target)
     old = shipped.load_model_draft(pair.target)
     # 3. both drafts on the held-out training prompts (where a recipe may be chosen) and on the eval mix
     val = {"held-out training prompts (first set)": val1,
-           "held-out training prompts (more)": [r for r in recs2 if is_val(r["key"], recipe.val_frac)]}
-    task_of = {p.id: p.task for p in load_prompts(TRAIN_PROMPTS) + more}
+           "held-out training prompts (more)": val2}
+    task_of = {p.id: p.task for p in load_prompts(TRAIN_PROMPTS) + load_prompts(MORE_PATH)}
     for recs in val.values():
         for r in recs:
             r["task"] = task_of[r["key"]]
@@ -134,7 +125,7 @@ def main() -> int:
     report = dict(
         script="scripts/pilot_more_data.py", threads=torch.get_num_threads(),
         data=dict(first_set_tokens=tokens(train1), more_tokens=tokens(train2), more_prompts=args.more,
-                  more_sample_prompts=n_sample, more_teacher_seconds=round(more_s, 1)),
+                  more_sample_prompts=n_sample, more_teacher_seconds=info2["teacher_seconds"]),
         recipe=asdict(recipe), train_seconds=round(hist["seconds"], 1),
         vocab_coverage_eval=round(distill.coverage([r for r in ev if r["mode"] == "greedy"], vocab), 4),
         shipped={k: alpha_by_task(old, v) for k, v in val.items()},

@@ -66,13 +66,16 @@ def held_out_prompts(frac: float | None = None) -> list:
     return [p for p in load_prompts(TRAIN_PROMPTS) if is_val(p.id, frac)]
 
 
-def teacher_records(pair, recipe: Recipe, progress=True) -> tuple[list[dict], list[dict], dict]:
-    """Generate (or load) the teacher data; returns (train records, val records, info)."""
-    prompts = load_prompts(TRAIN_PROMPTS)
+def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path = TRAIN_PROMPTS,
+                    counts: tuple[int, int] | None = None) -> tuple[list[dict], list[dict], dict]:
+    """Generate (or load) the teacher data; returns (train records, val records, info). ``prompt_file`` and
+    ``counts`` (prompts answered greedily, at temperature 1): by default the recipe's."""
+    prompts = load_prompts(prompt_file)
+    n_greedy, n_sample = counts or (recipe.greedy_prompts, recipe.sample_prompts)
     target_sha = json.loads((MODELS_DIR / "smollm2-135m" / MANIFEST).read_text())["model.safetensors"]
     plan = distill.TeacherPlan(
-        prompts_sha256=sha256_file(TRAIN_PROMPTS), target_sha256=target_sha,
-        modes=(("greedy", 0.0, recipe.greedy_prompts), ("sample", 1.0, recipe.sample_prompts)),
+        prompts_sha256=sha256_file(prompt_file), target_sha256=target_sha,
+        modes=(("greedy", 0.0, n_greedy), ("sample", 1.0, n_sample)),
         max_new_tokens=recipe.max_new_tokens, top_k_record=recipe.top_k_record, batch_size=recipe.gen_batch,
         seed=recipe.seed)
     t = time.perf_counter()
