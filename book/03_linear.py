@@ -237,19 +237,19 @@ display(ratios.round(3))
 # copies the prompt (summarization, RAG) is tested below. What this run measured, computed from its tables:
 
 # %%
-lines = []
-for K_, r in ratios.set_index("K").iterrows():
+lines, by_k = [], ratios.set_index("K")
+for K_, r in by_k.iterrows():
     phrase = report.ratio_phrase_median(r["median"], r.q25, r.q75, n=int(r.n))
     lines.append(f"- **K = {K_} against autoregressive**: {phrase}; "
                  f"theory with the measured verify cost {r.predicted:.2f}× against the decode loop's "
                  f"{r.measured_decode:.2f}× (error {r.rel_error:.0%}); Theorem 3.8 {r.predicted_thm38:.2f}×.")
-ahead = [K_ for K_ in ratios.K if K_ != best.K and ratios.set_index("K").loc[K_, "q75"] >= best.q25]
+ahead = report.rivals(by_k, best.K)
 lines.append(f"- **Best K among {sorted(ratios.K)}**: K = {int(best.K)} by median"
              + (f"; its IQR overlaps K = {ahead}: not resolved at this size" if ahead
                 else ", clear of the others' IQRs")
-             + ("" if best.q25 > 1 else
-                "; even so it is slower than autoregressive decoding (its whole IQR lies below 1)" if best.q75 < 1
-                else "; it ties with autoregressive decoding (its IQR straddles 1)") + ".")
+             + {"faster": "", "slower": "; even so it is slower than autoregressive decoding (its whole IQR lies below 1)",
+                "ties": "; it ties with autoregressive decoding (its IQR straddles 1)"}.get(
+                 report.verdict(best["median"], best.q25, best.q75), "") + ".")
 a0 = table[table.temperature == temperatures[0]].pivot(index="task", columns="drafter", values="alpha")
 if {"ngram", "model"} <= set(a0.columns):
     ng_wins = [t for t in a0.index if a0.loc[t, "ngram"] > a0.loc[t, "model"]]

@@ -115,8 +115,8 @@ def best(prefix: str) -> str:
     return rows["median"].idxmax()
 
 
-chosen = {"fixed K": best("model, K="), "model + confidence": best("model, θ="),
-          "hybrid + confidence": best("hybrid, θ=")}
+prefixes = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ="}
+chosen = {role: best(prefix) for role, prefix in prefixes.items()}
 
 
 def phrase(row) -> str:
@@ -125,12 +125,10 @@ def phrase(row) -> str:
 
 def resolved(prefix: str, name: str) -> str:
     """Whether the choice by median is clear of its rivals' IQRs (else a tie the chosen setting wins by median)."""
-    rows = tr[tr.index.str.startswith(prefix) & (tr.index != name)]
-    rivals = list(rows.index[rows.q75 >= tr.loc[name, "q25"]])
+    rivals = report.rivals(tr[tr.index.str.startswith(prefix)], name)
     return f"; chosen by median, its IQR overlaps {', '.join(rivals)}: not resolved at this size" if rivals else ""
 
 
-prefixes = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ="}
 display(Markdown("\n".join(f"- **{role}**: {name} ({phrase(tr.loc[name])} over autoregressive on training prompts, "
                            f"α = {tr.loc[name, 'alpha']:.2f}{resolved(prefixes[role], name)})"
                            for role, name in chosen.items())))

@@ -204,10 +204,10 @@ ch.savefig(fig, "speedup_vs_batch")
 lines = []
 for name, g in speed.groupby("method", sort=False):
     m, p = sv.crossover(g.B, g.measured), sv.crossover(g.B, g.predicted)
-    B0 = int(g.B.iloc[0])
-    # a crossover at the smallest B means speculation never paid in this run: say that, not "crossover"
-    say = lambda b: (f"B = {b}" if b is not None and b != B0 else f"none up to B = {max(batch_sizes)}" if b is None
-                     else f"none: slower already at B = {B0}")
+    def say(b):  # a crossover at the smallest B means speculation never paid in this run: say that
+        if b is None:
+            return f"none up to B = {max(batch_sizes)}"
+        return f"none: slower already at B = {b}" if b == g.B.iloc[0] else f"B = {b}"
     agree = ("within a factor of 2" if (m is None) == (p is None) and (m is None or max(m, p) / min(m, p) <= 2)
              else "more than a factor of 2 apart")
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]} "

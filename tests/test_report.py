@@ -20,3 +20,11 @@ def test_phrase_of_paired_ratios():
     assert report.verdict(np.nan, 1, 1) == "not measured"
     assert report.ratio_phrase_median(1.0, 0.9, 1.1, better="cheaper", worse="dearer").endswith("ties")
     assert report.ratio_phrase_median(1.5, 1.2, 1.7, better="cheaper").endswith("cheaper")
+
+
+def test_rivals_are_the_rows_whose_iqr_reaches_the_choice():
+    import pandas as pd
+
+    t = pd.DataFrame({"median": [1.3, 1.2, 0.9], "q25": [1.25, 1.1, 0.8], "q75": [1.4, 1.26, 1.0]}, index=[1, 2, 4])
+    assert report.rivals(t, 1) == [2]
+    assert report.rivals(t.assign(q75=[1.4, 1.2, 1.0]), 1) == []

@@ -2,6 +2,7 @@
 
     report.ratio_phrase(paired_ratios)            # '1.21× (IQR 1.05–1.31, 12 pairs): faster'
     report.verdict(median, q25, q75)              # 'faster' | 'slower' | 'ties'
+    report.rivals(table, chosen)                  # rows whose IQR reaches the chosen row's: a choice not resolved
 
 The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*, and a
 single pair (no spread at all) gets no verdict.
@@ -33,3 +34,10 @@ def ratio_phrase(ratios, **words) -> str:
         return "not measured"
     q25, med, q75 = np.percentile(r, [25, 50, 75])
     return ratio_phrase_median(float(med), float(q25), float(q75), n=int(r.size), **words)
+
+
+def rivals(table, chosen) -> list:
+    """Index labels of the rows of ``table`` (columns ``q25``, ``q75``) other than ``chosen`` whose upper quartile
+    reaches the chosen row's lower quartile: a choice by median that these rows leave unresolved."""
+    others = table.drop(index=chosen)
+    return list(others.index[others.q75 >= table.loc[chosen, "q25"]])
