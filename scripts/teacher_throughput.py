@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from specdec_core.models import load_pair
@@ -60,17 +60,14 @@ def main() -> int:
                              threads=torch.get_num_threads(), temperature=args.temperature,
                              max_new_tokens=args.max_new_tokens))
             print(f"repeat {rep} B={B:3d}: {tokens} tokens in {s:6.1f} s = {tokens / s:6.1f} tokens/s", flush=True)
-    print("\n  B   tokens/s median (IQR)        ÷ B=%d" % args.batch[0])
-    base = statistics.median(r["tokens_per_s"] for r in runs if r["B"] == args.batch[0])
-    best = (None, 0.0)
-    for B in args.batch:
-        v = sorted(r["tokens_per_s"] for r in runs if r["B"] == B)
-        q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3
-        med = statistics.median(v)
-        best = (B, med) if med > best[1] else best
-        print(f"{B:3d}   {med:7.1f} ({q[0]:.1f}–{q[2]:.1f})      {med / base:5.2f}×")
-    print(f"fastest: B = {best[0]} ({best[1]:.0f} tokens/s): 1 M response tokens take about "
-          f"{1e6 / best[1] / 3600:.1f} h on this machine")
+    quartiles = {B: np.percentile([r["tokens_per_s"] for r in runs if r["B"] == B], [25, 50, 75]) for B in args.batch}
+    base = quartiles[args.batch[0]][1]
+    print(f"\n  B   tokens/s median (IQR)        ÷ B={args.batch[0]}")
+    for B, (q25, med, q75) in quartiles.items():
+        print(f"{B:3d}   {med:7.1f} ({q25:.1f}–{q75:.1f})      {med / base:5.2f}×")
+    best = max(quartiles, key=lambda B: quartiles[B][1])
+    print(f"fastest: B = {best} ({quartiles[best][1]:.0f} tokens/s): 1 M response tokens take about "
+          f"{1e6 / quartiles[best][1] / 3600:.1f} h on this machine")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("".join(json.dumps(r) + "\n" for r in runs))
