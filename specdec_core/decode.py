@@ -60,8 +60,10 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
     :func:`~specdec_core.verify.speculative_sample`, or :func:`~specdec_core.verify.tree_speculative_sample`
     for trees); the negative controls of chapter 2 pass theirs. ``streamer``: an object with ``put(ids)`` and
     ``end()`` (transformers' ``TextStreamer`` works): it receives the prompt, then each step's new tokens.
-    ``confidence``: θ in (0, 1] (linear and parallel): ``k`` becomes the most a step drafts, and drafting stops
-    before the first position after the first whose draft law's largest probability is below θ.
+    ``confidence``: θ in (0, 1]. Linear and parallel: ``k`` becomes the most a step drafts, and drafting stops
+    before the first position after the first whose draft law's largest probability is below θ. Trees: a node
+    whose score (the draft's probability of reaching it) is below θ gets no children. ``"auto"``: the drafter's
+    θ for this method, calibrated on training prompts (``drafter.calibrated``).
     Returns a :class:`Result` (``.tokens`` new tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
     run = _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
@@ -98,9 +100,12 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if confidence is not None and (method not in ("linear", "parallel") or not 0 < confidence <= 1):
-        raise ValueError(f"confidence must be in (0, 1] with method 'linear' or 'parallel' (trees grow by confidence "
-                         f"with a Dynamic shape), got {confidence!r} with {method!r}")
+    if confidence == "auto":  # the θ calibrated on training prompts and stored with the draft, for this method
+        confidence = getattr(drafter, "calibrated", {}).get(method, "'auto' (no θ calibrated for this drafter)")
+    if confidence is not None and (method == "autoregressive" or isinstance(confidence, bool)
+                                   or not isinstance(confidence, (int, float)) or not 0 < confidence <= 1):
+        raise ValueError(f"confidence must be in (0, 1] or 'auto' (scripts/calibrate_confidence.py stores θ with a "
+                         f"draft), with a speculative method; got {confidence} with {method!r}")
     cfg = target.config.get_text_config()
     prompt = _prompt_tensor(input_ids, cfg.vocab_size)
     if method != "autoregressive":
@@ -124,7 +129,7 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
         spec = Autoregressive(params, gen)
     elif method == "tree":
         shape = resolve_shape(tree, k)
-        spec = TreeSearch(params, gen, drafter, k, shape, **({"rule": rule} if rule else {}))
+        spec = TreeSearch(params, gen, drafter, k, shape, confidence=confidence, **({"rule": rule} if rule else {}))
     else:
         spec = Linear(params, gen, drafter, k, name=method, confidence=confidence, **({"rule": rule} if rule else {}))
     return spec, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method)

@@ -14,9 +14,9 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
 Trees (:class:`specdec_core.loop.TreeSearch`) use two more methods; the defaults propose the drafter's chain as a
 one-branch tree, so every drafter works with ``method="tree"``:
 
-- ``propose_tree(context, shape, k, params, generator) -> TreeDraft``: a tree of depth <= k grown
-  to ``shape`` (a :class:`~specdec_core.tree.Tree` or :class:`~specdec_core.tree.Dynamic`), with the
-  law q each node's token was drawn from.
+- ``propose_tree(context, shape, k, params, generator, confidence=None) -> TreeDraft``: a tree of depth <= k
+  grown to ``shape`` (a :class:`~specdec_core.tree.Tree` or :class:`~specdec_core.tree.Dynamic`), with the
+  law q each node's token was drawn from; with ``confidence=θ``, nodes scored below θ get no children.
 - ``accept_path(path)``: the verifier kept the nodes ``path`` (node ids, root excluded, root to leaf).
 
 A drafter decides from the committed context and its own draws only, never from the target's verdict on
@@ -33,7 +33,7 @@ import torch
 from .lm import CachedLM
 from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits, sample
 from .sampling import confidence as conf_of
-from .tree import Dynamic, Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
+from .tree import Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
 
 
 @dataclass
@@ -46,6 +46,7 @@ class Draft:
 class Drafter:
     name = "drafter"
     vocab_size: int | None = None
+    calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.adaptive.calibrate)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""
@@ -63,9 +64,10 @@ class Drafter:
     def accept(self, n: int) -> None:
         pass
 
-    def propose_tree(self, context: list[int], shape, k: int, params: SamplingParams, generator) -> TreeDraft:
-        """Default tree: the drafter's own chain (as long as the shape is deep), one node per depth."""
-        d = self.propose(context, shape_depth(shape, k), params, generator)
+    def propose_tree(self, context: list[int], shape, k: int, params, generator, confidence=None) -> TreeDraft:
+        """Default tree: the drafter's own chain (as long as the shape is deep, cut by its own stop)."""
+        kw = {} if confidence is None else {"confidence": confidence}
+        d = self.propose(context, shape_depth(shape, k), params, generator, **kw)
         return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes)
 
     def accept_path(self, path: list[int]) -> None:
@@ -114,7 +116,7 @@ class ModelDrafter(Drafter):
         if self.lm.length > keep:
             self.lm.cache.rollback(self.lm.length - keep)
 
-    def propose_tree(self, context, shape, k, params, generator):
+    def propose_tree(self, context, shape, k, params, generator, confidence=None):
         """Grow a tree of depth <= k, one depth per draft pass: the whole depth in one pass through the tree
         mask, at position ``len(context) - 1 + depth``. Children: greedy, a node's top-m tokens; sampling,
         m draws without replacement from its law q (:func:`~specdec_core.tree.draw_siblings`), each child
@@ -124,10 +126,10 @@ class ModelDrafter(Drafter):
         self._base = base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, last_only=True)  # [1, V]: the root's next-token logits
-        grow, passes = TreeBuilder(shape, k), 1
+        grow, passes = TreeBuilder(shape, k, confidence), 1
         while True:
-            if params.greedy:  # children: the top tokens; a Dynamic shape scores them with softmax(logits)
-                probs, score = None, torch.softmax(logits.double(), -1) if isinstance(shape, Dynamic) else None
+            if params.greedy:  # children: the top tokens; scores (Dynamic, confidence) from softmax(logits)
+                probs, score = None, torch.softmax(logits.double(), -1) if grow.scored else None
             else:  # children are drawn from q = the processed law [F, V], which also scores them
                 probs = score = process_logits(logits, params)
             for i, (u, m) in enumerate(zip(grow.frontier, grow.plan(score))):
@@ -181,7 +183,7 @@ class NGramDrafter(Drafter):
             q[torch.arange(toks.numel()), toks] = 1.0
         return Draft(toks, q, passes=0)
 
-    def propose_tree(self, context, shape, k, params, generator):
+    def propose_tree(self, context, shape, k, params, generator, confidence=None):  # one-hot q: never pruned
         """A trie of the continuations of several matches (longest n-gram first, latest match first), up to
         as many branches as the shape has at its root and as many nodes as it has in all. Deterministic:
         sibling j's law is one-hot on its token (given the siblings before it), which is what the tree
@@ -290,7 +292,7 @@ class BlockDrafter(Drafter):
     def accept(self, n):
         pass  # the cache holds the committed context only: the accepted tokens are fed next time
 
-    def propose_tree(self, context, shape, k, params, generator) -> TreeDraft:
+    def propose_tree(self, context, shape, k, params, generator, confidence=None) -> TreeDraft:
         """A tree of depth <= min(k, max_block) from one pass: every node at depth d draws its children
         from the law of offset d + 1 (greedy: its top tokens; sampling: draws without replacement, each
         child carrying its law), so siblings under different parents repeat the same choices."""
@@ -299,11 +301,11 @@ class BlockDrafter(Drafter):
         logits = sub.new_full((depth, self.vocab_size), float("-inf"))
         logits[:, self.model.vocab] = sub
         q = None if params.greedy else self._laws(sub, params)[1]
-        grow = TreeBuilder(shape, depth)
+        grow = TreeBuilder(shape, depth, confidence)
         while True:
             d, F = grow.depth, len(grow.frontier)
             if params.greedy:
-                score = torch.softmax(logits[d].double(), -1).expand(F, -1) if isinstance(shape, Dynamic) else None
+                score = torch.softmax(logits[d].double(), -1).expand(F, -1) if grow.scored else None
             else:
                 score = q[d].expand(F, -1)
             for u, m in zip(grow.frontier, grow.plan(score)):

@@ -50,9 +50,8 @@ class _SlabLayer(CacheLayerMixin):
         start = self.owner.length
         end = start + key_states.shape[-2]
         if end > self.owner.capacity:
-            raise CacheFullError(
-                f"KV cache full: writing positions [{start}, {end}) into a cache of {self.owner.capacity}"
-            )
+            raise CacheFullError(f"KV cache full: writing positions [{start}, {end}) into a cache of "
+                                 f"{self.owner.capacity}")
         self.keys[:, :, start:end].copy_(key_states)
         self.values[:, :, start:end].copy_(value_states)
         return self.keys[:, :, :end], self.values[:, :, :end]
@@ -81,11 +80,8 @@ class KVCache(Cache):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.capacity, self.length = int(capacity), 0
         shape = (1, n_kv, self.capacity, head_dim)
-        layers = [
-            _SlabLayer(self, torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(config.num_hidden_layers)
-        ]
-        super().__init__(layers=layers)
+        new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        super().__init__(layers=[_SlabLayer(self, new(), new()) for _ in range(config.num_hidden_layers)])
 
     # -- the contract ------------------------------------------------------------------------
     def advance(self, n: int) -> None:

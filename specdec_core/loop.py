@@ -120,15 +120,16 @@ class TreeSearch(Method):
 
     name = "tree"
 
-    def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample):
+    def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample, confidence=None):
         super().__init__(params, generator)
-        self.drafter, self.k, self.shape, self.rule = drafter, k, shape, rule
+        self.drafter, self.k, self.shape, self.rule, self.confidence = drafter, k, shape, rule, confidence
 
     def start(self, prompt, capacity):
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):
-        return self.drafter.propose_tree(seq, self.shape, min(self.k, budget), self.params, self.generator)
+        return self.drafter.propose_tree(seq, self.shape, min(self.k, budget), self.params, self.generator,
+                                         confidence=self.confidence)
 
     def verify(self, lm, seq, draft):
         self.root = L = lm.length  # the root goes to slot L, node i to slot L + i

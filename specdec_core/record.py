@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -103,9 +103,6 @@ class Stats:
 
     def items(self):
         return [(k, self[k]) for k in self.keys()]
-
-    def as_dict(self) -> dict:
-        return dict(asdict(self), **{k: getattr(self, k) for k in self.DERIVED})
 
 
 @dataclass

@@ -69,9 +69,7 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Draw one index per row of ``probs [..., V]`` → LongTensor ``[...]``."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    idx = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
-    return idx.reshape(probs.shape[:-1])
+    return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).reshape(probs.shape[:-1])
 
 
 def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
@@ -93,6 +91,4 @@ def confidence(logits: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor
 
 
 def make_generator(device: torch.device | str, seed: int) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(int(seed))
-    return g
+    return torch.Generator(device=device).manual_seed(int(seed))

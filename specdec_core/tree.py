@@ -110,10 +110,6 @@ class Tree:
         """The same tree cut at ``depth``."""
         return self if depth >= self.depth else Tree.of([p for p in self.paths if len(p) <= depth])
 
-    def __contains__(self, path) -> bool:
-        """True if the tree has a node at this index path (``()`` is the root)."""
-        return tuple(path) in self._index
-
     def n_children(self, path: Path) -> int:
         """Number of children of the node at ``path`` (0 if the tree has no such node)."""
         i = self._index.get(path)
@@ -263,8 +259,9 @@ class TreeBuilder:
     Nodes are numbered in the order of :class:`Tree` (depth, then parent, then rank).
     """
 
-    def __init__(self, shape, depth: int):
-        self.shape, self.max_depth = shape, depth
+    def __init__(self, shape, depth: int, confidence: float | None = None):
+        self.shape, self.max_depth, self.prune = shape, depth, confidence or 0.0
+        self.scored = isinstance(shape, Dynamic) or bool(self.prune)  # plan() reads the frontier's laws
         cap = tree_size(shape if isinstance(shape, Dynamic) else shape.truncate(depth), depth)
         self.allowed = torch.zeros(cap + 1, cap + 1, dtype=torch.bool)
         self.allowed[0, 0] = True
@@ -273,12 +270,18 @@ class TreeBuilder:
         self.frontier, self.depth, self._child_scores = [0], 0, {}
 
     def plan(self, probs: torch.Tensor | None) -> list[int]:
-        """Children per frontier node. probs ``[F, V]``: the frontier's laws (used by :class:`Dynamic` only)."""
+        """Children per frontier node. probs ``[F, V]``: the frontier's laws (for :class:`Dynamic` or a confidence).
+        With a confidence θ, a node whose score is below θ gets no children (the root's score is 1)."""
         if isinstance(self.shape, Tree):
-            return [self.shape.n_children(self.paths[u]) for u in self.frontier]
+            sizes = [self.shape.n_children(self.paths[u]) * (self.scores[u] >= self.prune) for u in self.frontier]
+            if self.prune and any(sizes):  # scores as Dynamic's: parent's score × its law's j-th largest value
+                top = probs.topk(max(sizes), dim=-1).values.cpu().tolist()
+                self._child_scores = {u: [self.scores[u] * v for v in top[i]] for i, u in enumerate(self.frontier)}
+            return sizes
         left = self.shape.budget - (len(self.paths) - 1)
         top = probs.topk(min(self.shape.topk, probs.shape[-1]), dim=-1).values  # [F, topk], sorted
-        cand = torch.tensor([self.scores[u] for u in self.frontier], dtype=top.dtype)[:, None] * top.cpu()
+        s = torch.tensor([self.scores[u] for u in self.frontier], dtype=top.dtype)[:, None]
+        cand = s * top.cpu() * (s >= self.prune)
         order = torch.sort(-cand.flatten(), stable=True).indices[: min(self.shape.width, left)]
         order = order[cand.flatten()[order] > 0]  # no children outside the law's support
         sizes = torch.bincount(order // top.shape[1], minlength=len(self.frontier)).tolist()
@@ -301,10 +304,10 @@ class TreeBuilder:
         first = self.frontier[-1] + 1
         self.frontier = list(range(first, len(self.paths)))
         self.depth += 1
-        if not self.frontier or self.depth >= self.max_depth:
-            return False
+        if self.depth >= self.max_depth or not any(self.scores[u] >= self.prune for u in self.frontier):
+            return False  # the last depth, no new nodes, or a confidence pruned them all: no pass to spend
         if isinstance(self.shape, Tree):
-            return any(self.shape.n_children(self.paths[u]) for u in self.frontier)
+            return any(self.shape.n_children(self.paths[u]) and self.scores[u] >= self.prune for u in self.frontier)
         return len(self.paths) - 1 < self.shape.budget
 
     def frontier_tokens(self) -> torch.Tensor:

@@ -324,8 +324,9 @@ class TimedDrafter(Drafter):
         kw = {} if confidence is None else {"confidence": confidence}
         return self._timed(lambda: self.inner.propose(context, k, params, generator, **kw), context, k)
 
-    def propose_tree(self, context, shape, k, params, generator):
-        return self._timed(lambda: self.inner.propose_tree(context, shape, k, params, generator), context, k)
+    def propose_tree(self, context, shape, k, params, generator, confidence=None):
+        kw = {} if confidence is None else {"confidence": confidence}
+        return self._timed(lambda: self.inner.propose_tree(context, shape, k, params, generator, **kw), context, k)
 
     def accept(self, n):
         self.inner.accept(n)
