@@ -44,9 +44,9 @@ prompt = [4, 3, 1, 4, 7]
 seq_len = 3                  # n: continuations of n tokens, V**n cells
 min_expected = 5.0           # cells with a smaller expected count are pooled
 # the goodness-of-fit family: method:drafter × setting × k ("@θ": generate(..., confidence=θ), an adaptive stop;
-# "hybrid": prompt lookup, else the model draft)
+# "hybrid": prompt lookup, else the model draft; "adaptive": lookup or the model, from past acceptance)
 methods = ["autoregressive", "linear:model", "linear:ngram", "tree:model", "tree:ngram", "parallel:block",
-           "linear:hybrid", "linear:model@0.6", "parallel:block@0.6"]
+           "linear:hybrid", "linear:adaptive", "linear:model@0.6", "parallel:block@0.6", "tree:model@0.3"]
 settings = [{"name": "T=1", "temperature": 1.0},
             {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4},
             {"name": "top-p=0.8", "temperature": 1.0, "top_p": 0.8}]

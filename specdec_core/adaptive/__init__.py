@@ -1,13 +1,16 @@
-"""Adaptive speculation on top of the core's drafters: a hybrid drafter that chooses, step by step, between
-prompt lookup and a draft model.
+"""Adaptive speculation on top of the core's drafters: drafters that choose, step by step, between prompt lookup
+and a draft model (:class:`HybridDrafter` by a fixed rule, :class:`ChoosingDrafter` from the acceptance it has seen),
+and the calibration of the confidence threshold (:mod:`specdec_core.adaptive.calibrate`).
 
 The draft-length half of adaptive speculation is in the core: ``generate(..., confidence=θ)`` lets a model or block
-drafter stop drafting where its own law is unsure (:func:`specdec_core.sampling.confidence`).
+drafter stop drafting where its own law is unsure (:func:`specdec_core.sampling.confidence`), and a tree stop
+growing below nodes the draft thinks unlikely; ``confidence="auto"`` reads the θ calibrated for the drafter.
 
 Why these stay exact. Speculative sampling is lossless for *any* proposal law q, as long as q is exactly the law
 the proposed token was drawn from and the choice of q (which drafter, how many tokens) is made before the target
 sees the step: from the committed context and the draft's own draws, never from the target's verdict. The hybrid
-decides from the context alone (does its last n-gram recur?); a prompt-lookup proposal is deterministic given the
+decides from the context alone (does its last n-gram recur?), the chooser from the context and the verdicts of
+*past* steps (already committed); a prompt-lookup proposal is deterministic given the
 context, so its law is the one-hot on the proposed token, and the accept rule min(1, p(x)/q(x)) = p(x) with the
 residual max(p − q, 0) ∝ p with x removed gives back p exactly.
 """
@@ -17,7 +20,7 @@ import torch
 
 from ..drafters import Draft, Drafter, ModelDrafter, NGramDrafter
 
-__all__ = ["HybridDrafter"]
+__all__ = ["ChoosingDrafter", "HybridDrafter"]
 
 
 class HybridDrafter(Drafter):
@@ -49,9 +52,13 @@ class HybridDrafter(Drafter):
         self.choices = {"ngram": 0, "model": 0}
         self._last = None
 
+    def use_lookup(self, lookup: Draft, k: int) -> bool:
+        """Whether lookup's proposal drafts this step (a function of the context only)."""
+        return lookup.tokens.numel() >= min(self.min_match, k)
+
     def propose(self, context, k, params, generator, confidence=None) -> Draft:
         d = self.ngram.propose(context, k, params, generator)
-        if d.tokens.numel() >= min(self.min_match, k):
+        if self.use_lookup(d, k):
             self._last = self.ngram
         else:
             self._last = self.model
@@ -66,9 +73,68 @@ class HybridDrafter(Drafter):
         self._last.accept(n)
 
 
-def hybrid_of(drafters: dict) -> HybridDrafter | None:
-    """``drafters["hybrid"]`` for a pair's drafters: prompt lookup over its model draft (None without one)."""
-    if "model" not in drafters or "ngram" not in drafters:
-        return None
-    return HybridDrafter(drafters["ngram"], drafters["model"])
+class ChoosingDrafter(HybridDrafter):
+    """Prompt lookup or the draft model, step by step: whichever this sequence's past verdicts predict commits
+    more tokens per unit of time.
 
+    Each drafter counts its own verdicts in the current sequence: tokens accepted, a, and steps that ended in a
+    rejection, r; its acceptance estimate is α̂ = (a + 1) / (a + r + 2) (Laplace's rule: ½ before any evidence,
+    so each gets tried). A step drafting K tokens at acceptance α commits (1 − α^(K+1)) / (1 − α) tokens on
+    average (Leviathan et al., Thm 3.8) for one verify pass, plus K draft passes of ``cost`` c each (the draft
+    pass ÷ the target pass) for the model; lookup drafts for free. Where lookup matches (K_n tokens), it drafts
+    if its expected tokens are at least the model's divided by (1 + K·c); elsewhere the model drafts.
+
+    Exact for the hybrid's reason: the choice reads the context and the verdicts of *past* steps, all committed
+    before this step's draft exists; the target never sees the step's tokens before the choice is made.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, ngram: NGramDrafter, model: ModelDrafter, cost: float = 0.1, min_match: int = 1):
+        super().__init__(ngram, model, min_match)
+        if not 0 <= cost < 10:
+            raise ValueError(f"cost must be the draft pass's cost over the target pass's, in [0, 10), got {cost}")
+        self.cost, self.counts, self._drafted = cost, {"ngram": [0, 0], "model": [0, 0]}, 0
+
+    def reset(self, prompt, capacity) -> None:
+        super().reset(prompt, capacity)
+        self.counts = {"ngram": [0, 0], "model": [0, 0]}
+
+    def alpha(self, name: str) -> float:
+        a, r = self.counts[name]
+        return (a + 1) / (a + r + 2)
+
+    @staticmethod
+    def expected(alpha: float, k: int) -> float:
+        return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+    def use_lookup(self, lookup: Draft, k: int) -> bool:
+        kn = lookup.tokens.numel()
+        model = self.expected(self.alpha("model"), k) / (1 + k * self.cost)
+        return super().use_lookup(lookup, k) and kn > 0 and self.expected(self.alpha("ngram"), kn) >= model
+
+    def propose(self, context, k, params, generator, confidence=None) -> Draft:
+        d = super().propose(context, k, params, generator, confidence)
+        self._drafted = d.tokens.numel()
+        return d
+
+    def accept(self, n: int) -> None:
+        super().accept(n)
+        c = self.counts[self._last.name]
+        c[0], c[1] = c[0] + n, c[1] + (n < self._drafted)
+
+
+def hybrid_of(drafters: dict) -> dict:
+    """``{"hybrid": …, "adaptive": …}`` for a pair's drafters: prompt lookup over its model draft, by a fixed rule
+    and by observed acceptance (empty without a model draft). The model draft's calibration, when it carries one
+    (:mod:`~specdec_core.adaptive.calibrate`), gives both their θ for ``confidence="auto"`` and the chooser its c."""
+    from .calibrate import attach
+
+    if "model" not in drafters or "ngram" not in drafters:
+        return {}
+    ngram, model = drafters["ngram"], drafters["model"]
+    rec = getattr(model, "calibration", None)
+    out = {"hybrid": HybridDrafter(ngram, model),
+           "adaptive": ChoosingDrafter(ngram, model, cost=(rec or {}).get("cost", 0.1))}
+    attach(out, rec)
+    return out

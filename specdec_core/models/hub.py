@@ -171,7 +171,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     ``draft``: an optional Hugging Face id or path of a draft model sharing the target's vocabulary.
     For the embedded target the project's shipped drafts are attached when present
     (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` is always there, ``drafters["hybrid"]``
-    (prompt lookup, else the model draft) wherever there is a model draft.
+    (prompt lookup, else the model draft) and ``drafters["adaptive"]`` (lookup or the model draft, from the
+    acceptance each has had) wherever there is a model draft.
     """
     from ..drafters import ModelDrafter, NGramDrafter
 
@@ -202,12 +203,11 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
 
 
 def _with_hybrid(drafters: dict) -> dict:
-    """Add ``drafters["hybrid"]`` (prompt lookup, else the model draft: :mod:`specdec_core.adaptive`) where the pair
-    has a model draft."""
+    """Add ``drafters["hybrid"]`` (prompt lookup, else the model draft) and ``drafters["adaptive"]`` (the one of
+    the two that past verdicts favour): :mod:`specdec_core.adaptive`, where the pair has a model draft."""
     from ..adaptive import hybrid_of
 
-    hybrid = hybrid_of(drafters)
-    return drafters | ({"hybrid": hybrid} if hybrid is not None else {})
+    return drafters | hybrid_of(drafters)
 
 
 # -- toy pairs --------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
              draft_noise: float = 0.15) -> Pair:
     """A tiny deterministic Llama target and related drafters (target weights plus noise): ``"model"``
     (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.drafters.BlockDrafter`), ``"ngram"``,
-    ``"hybrid"`` (prompt lookup, else the model draft).
+    ``"hybrid"`` (prompt lookup, else the model draft), ``"adaptive"`` (either, from past acceptance).
 
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.

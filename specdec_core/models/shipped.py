@@ -78,15 +78,19 @@ def load_model_draft(target, dtype=None, device=None, folder: Path | None = None
 def load_shipped_drafters(target, dtype, device) -> dict:
     """Return ``{name: drafter}`` for every shipped draft whose weights are present and valid.
 
-    ``{"model": ModelDrafter(draft)}`` when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
+    ``{"model": ModelDrafter(draft)}`` (with its calibrated θ, :mod:`specdec_core.adaptive.calibrate`) when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
     (:class:`~specdec_core.drafters.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
     fails its checksum raises :class:`CorruptDraft`; an absent one is skipped (``make models`` trains it).
     """
     from ..drafters import ModelDrafter
 
+    from ..adaptive import calibrate
+
     out = {}
     if is_present():
         out["model"] = ModelDrafter(load_model_draft(target, dtype=dtype, device=device))
+        # θ for confidence="auto", when calibrated for these weights (a retrained draft's sums no longer list it)
+        calibrate.attach(out, calibrate.load(MODEL_DRAFT) if calibrate.CALIBRATION in read_sums(MODEL_DRAFT) else None)
     if is_present(BLOCK_DRAFT):
         from ..drafters import BlockDrafter
         from .block import load_block

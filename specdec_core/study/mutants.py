@@ -248,8 +248,40 @@ class PeekingStop(Drafter):
         self.inner.accept(n)
 
 
-__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "speculative_sample",
-                         "batch_smallest_commit"]
+class PeekingChooser(PeekingStop):
+    """MUTANT chooser: picks between the model draft and prompt lookup by reading the target. It draws the
+    model's proposal, asks the target for p at its first token, and drafts with lookup instead (where lookup has
+    a continuation) when p gives that token less probability than q did: the choice now depends on the target's
+    verdict on a drawn token. Lossy: the model proposals that survive are tilted toward tokens p favours, while
+    the verifier still believes they came from q. (A choice that reads p at the *next* position alone would be
+    harmless: p there is a function of the committed context, like the lookup's own test.)"""
+
+    name = "peeking-chooser"
+
+    def __init__(self, drafter: ModelDrafter, target, ngram):
+        super().__init__(drafter, target)
+        self.ngram = ngram
+
+    def bind(self, target):
+        super().bind(target)
+        self.ngram.bind(target)
+
+    def propose(self, context, k, params, generator, confidence=None):
+        d = self.inner.propose(context, k, params, generator)
+        if params.greedy:
+            return d
+        lm = CachedLM(self.target, len(context))
+        p = process_logits(lm.forward(torch.tensor(context, dtype=torch.long), last_only=True)[-1], params)
+        x = int(d.tokens[0])
+        look = self.ngram.propose(context, k, params, generator)
+        if p[x] < d.q[0, x] and look.tokens.numel():
+            self.inner.accept(0)  # the model's cache forgets its proposal; it catches up on the context next time
+            return look
+        return d
+
+
+__all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "PeekingChooser",
+                         "speculative_sample", "batch_smallest_commit"]
 
 
 def batch_smallest_commit(verdicts):

@@ -1,0 +1,118 @@
+"""The confidence threshold θ, chosen on held-out *training* prompts and stored with the draft.
+
+``generate(..., confidence="auto")`` reads ``drafter.calibrated[method]``; for the shipped draft those values
+come from ``data/drafts/<draft>/confidence.json``, written by ``scripts/calibrate_confidence.py`` (listed in
+the draft's ``SHA256SUMS``, so an edited threshold fails the checksum like edited weights). The choice is the
+same one chapter 8 makes: every candidate setting against autoregressive decoding in one interleaved, greedy
+run over held-out training prompts; the highest median speedup per family wins. The evaluation mix is never
+read here.
+
+The file::
+
+    {"method": "linear", "k_max": 6, "theta": {"model": 0.5, "hybrid": 0.7, "adaptive": 0.7},
+     "fixed_k": 1, "cost": 0.11, "prompts": 6, "max_new_tokens": 64, "table": [...one row per candidate...]}
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CALIBRATION = "confidence.json"
+FAMILIES = ("model", "hybrid", "adaptive")  # drafters whose θ is tuned (a θ= candidate per family and θ)
+ROLES = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ=",
+         "adaptive + confidence": "adaptive, θ="}
+
+
+def candidates(fixed_ks, thetas, k_max: int, families=FAMILIES) -> dict[str, dict]:
+    """Every setting tried: the model draft at each fixed K, and each θ with each drafter of ``families``
+    (up to ``k_max`` tokens a step). Names read "model, K=2", "hybrid, θ=0.5"."""
+    c = {f"model, K={k}": dict(method="linear", drafter="model", k=k) for k in fixed_ks}
+    for th in thetas:
+        c |= {f"{f}, θ={th}": dict(method="linear", drafter=f, k=k_max, confidence=th) for f in families}
+    return c
+
+
+def alpha_of(df):
+    """α per runner of a run table: accepted ÷ (accepted + rejections), pooled over its calls."""
+    return df.groupby("runner").apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
+                                      include_groups=False)
+
+
+def draft_cost(runs, runner: str) -> float:
+    """c of a model-draft runner: median over its calls of (draft seconds per draft pass) ÷ (verify seconds per
+    step), the draft pass's cost in target passes as this run measured it."""
+    r = runs[runs.runner == runner]
+    return float(((r.draft_s / r.draft_passes) / (r.verify_s / r.steps)).median())
+
+
+def tune(pair, prompts, cands: dict[str, dict], max_new_tokens: int, repeats: int = 1):
+    """Run every candidate and autoregressive decoding (greedy, interleaved) on ``prompts``; returns the raw runs
+    and a table indexed by candidate: paired speedup (median, q25, q75, n), α, drafted tokens per step,
+    ``family`` and ``setting``."""
+    from ..study import bench
+
+    def runner(kw):
+        return bench.decode_runner(pair.target, max_new_tokens, 0.0, **bench.method_kwargs(pair, kw))
+
+    runs = bench.run_interleaved({"autoregressive": runner(dict(method="autoregressive"))}
+                                 | {name: runner(kw) for name, kw in cands.items()}, prompts, repeats=repeats)
+    tr = bench.paired_ratios(runs, "autoregressive").set_index("runner")
+    tr["alpha"] = alpha_of(runs)
+    tr["drafted_per_step"] = runs.groupby("runner").drafted_per_step.mean()
+    tr["family"] = tr.index.str.split(",").str[0]
+    tr["setting"] = tr.index.str.split(", ").str[1]
+    return runs, tr
+
+
+def choose(table) -> dict[str, str]:
+    """The candidate with the highest median speedup in each family present: ``{role: candidate name}``."""
+    out = {}
+    for role, prefix in ROLES.items():
+        rows = table[table.index.str.startswith(prefix)]
+        if len(rows):
+            out[role] = rows["median"].idxmax()
+    return out
+
+
+def theta_of(name: str) -> float:
+    return float(name.split("θ=")[1])
+
+
+def record(table, chosen: dict[str, str], cost: float, k_max: int, **meta) -> dict:
+    """The calibration file's content from a tuning table and its choices."""
+    theta = {ROLES[role].split(",")[0]: theta_of(name) for role, name in chosen.items() if "θ=" in name}
+    return dict(method="linear", k_max=k_max, theta=theta, fixed_k=int(chosen["fixed K"].split("K=")[1]),
+                cost=round(cost, 4), **meta,
+                table=json.loads(table.reset_index().round(4).to_json(orient="records", force_ascii=False)))
+
+
+def save(folder: Path, rec: dict) -> Path:
+    path = Path(folder) / CALIBRATION
+    path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def load(folder: Path) -> dict | None:
+    """The calibration stored in ``folder`` (None when there is none); a file without θ per drafter is an
+    error naming the file."""
+    path = Path(folder) / CALIBRATION
+    if not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    theta = rec.get("theta")
+    if rec.get("method") != "linear" or not isinstance(theta, dict) or not all(
+            isinstance(v, (int, float)) and 0 < v <= 1 for v in theta.values()):
+        raise ValueError(f"{path}: a calibration needs method 'linear' and θ in (0, 1] per drafter, got {rec!r:.200}")
+    return rec
+
+
+def attach(drafters: dict, rec: dict | None) -> None:
+    """Give each drafter of ``drafters`` whose family ``rec`` calibrated its ``calibrated`` θ (``"auto"``), and
+    the model draft the record itself (the chooser reads its cost from it)."""
+    if rec is None:
+        return
+    if "model" in drafters:
+        drafters["model"].calibration = rec
+    for name, d in drafters.items():
+        if name in rec["theta"]:
+            d.calibrated = {rec["method"]: float(rec["theta"][name])}
