@@ -12,9 +12,10 @@
 # # 6 · How much faster? Theory against measurement, every method, every task
 #
 # Chapters 3–5 built three ways to spend a target pass on several tokens: a chain of draft tokens
-# (linear), a tree of alternatives, and a block drafted in one pass (parallel). This chapter puts them
-# side by side on the evaluation mix, with transformers' own decoders as peers, and asks how well
-# Leviathan et al.'s theory predicts what we measure.
+# (linear), a tree of alternatives, and a block drafted in one pass (parallel); chapter 8 adapts the chain to
+# the draft's confidence and to what has been accepted (here with the θ stored with the draft, chosen on
+# training prompts before this run). This chapter puts them side by side on the evaluation mix, with
+# transformers' own decoders as peers, and asks how well Leviathan et al.'s theory predicts what we measure.
 #
 # Protocol (see `specdec_core.study.bench`): the prompts are fixed before any tuning; every runner decodes the
 # same prompts in one run, interleaved with rotating order, after a warm-up; we report medians and
@@ -28,12 +29,16 @@ per_task = 3                  # prompts per task
 max_new_tokens = 64
 repeats = 2                   # interleaved repeats of the headline run
 temperatures = [0.0, 1.0]     # headline runs; 0 means greedy
-# headline methods: name -> generate() arguments (drafter is a key of pair.drafters; tree: "default" or a Dynamic spec)
+# headline methods: name -> generate() arguments (drafter is a key of pair.drafters; tree: "default" or a Dynamic
+# spec; confidence "auto": chapter 8's stop with the θ stored with the draft, chosen on training prompts)
 methods = {
     "linear (draft model)": {"method": "linear", "drafter": "model", "k": 4},
     "linear (n-gram)": {"method": "linear", "drafter": "ngram", "k": 4},
     "tree (draft model)": {"method": "tree", "drafter": "model", "k": 4, "tree": "default"},
     "parallel (block)": {"method": "parallel", "drafter": "block", "k": 6},
+    "linear (draft model, θ auto)": {"method": "linear", "drafter": "model", "k": 6, "confidence": "auto"},
+    "linear (hybrid, θ auto)": {"method": "linear", "drafter": "hybrid", "k": 6, "confidence": "auto"},
+    "linear (adaptive, θ auto)": {"method": "linear", "drafter": "adaptive", "k": 6, "confidence": "auto"},
 }
 hf_peers = True               # transformers' generate, assisted generation and prompt lookup in the same run
 sweep_per_task = 1            # prompts per task for the K sweep
@@ -84,7 +89,17 @@ logging.getLogger("transformers.generation.utils").addFilter(_NoAssistantDefault
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
-methods = {name: spec for name, spec in methods.items() if spec["drafter"] in pair.drafters}
+def runnable(spec: dict) -> str | None:
+    """Why a headline method cannot run on this pair (None when it can)."""
+    if spec["drafter"] not in pair.drafters:
+        return f"no {spec['drafter']!r} drafter"
+    if spec.get("confidence") == "auto" and spec["method"] not in pair.drafters[spec["drafter"]].calibrated:
+        return "no θ stored with the draft (scripts/calibrate_confidence.py)"
+    return None
+
+
+for name in [n for n, spec in methods.items() if runnable(spec)]:
+    print(f"skipped {name}: {runnable(methods.pop(name))}")
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)
 print("methods:", list(methods))
@@ -357,7 +372,7 @@ if "linear (draft model)" in methods:
                  f"measured {meas:.3f}× (relative error {rel:.1%}"
                  + (f", tolerance {theory_tolerance:.0%}: {'agree' if rel < theory_tolerance else 'disagree'}"
                     if theory_tolerance <= 0.25 else f"; a tolerance of {theory_tolerance:.0%} checks nothing finer "
-                    "than a bug at this size") + "); one pooled α̂ = {th['alpha_pooled']:.3f} "
+                    "than a bug at this size") + f"); one pooled α̂ = {th['alpha_pooled']:.3f} "
                  f"predicts {pooled:.3f}×, {direction}-predicting the measurement.")
 s0 = summary[summary.temperature == t0_]
 if "linear (n-gram)" in set(s0.method):

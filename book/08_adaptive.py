@@ -12,21 +12,30 @@
 # # 8 · Adaptive speculation: draft only where the draft is sure
 #
 # A fixed K spends draft passes on positions the draft will get wrong, and stops short on easy runs where it
-# would have been right. Two cheap adaptations need no training:
+# would have been right. Three cheap adaptations need no training:
 #
 # - **a confidence stop**: draft up to K tokens, but stop before the first position (after the first) whose
 #   draft law q has its largest probability below θ: `sd.generate(..., k=K_max, confidence=θ)`. Greedy decoding
-#   reads the draft's softmax at temperature 1 (transformers' `assistant_confidence_threshold` does the same);
+#   reads the draft's softmax at temperature 1 (transformers' `assistant_confidence_threshold` does the same).
+#   For trees (`method="tree"`) the same argument prunes: a node whose score (the draft's probability of
+#   reaching it, as in EAGLE-2) is below θ gets no children. `confidence="auto"` uses the θ stored with the
+#   draft, chosen on training prompts;
 # - **a hybrid drafter**, `pair.drafters["hybrid"]`: prompt lookup where the context's last n-gram recurs (free:
-#   no model pass), else the draft model.
+#   no model pass), else the draft model;
+# - **a chooser**, `pair.drafters["adaptive"]`: lookup or the model, whichever the sequence's past verdicts
+#   predict commits more tokens per unit of time (each drafter's α estimated from its own accepted and rejected
+#   tokens so far, Theorem 3.8's expected tokens, the model's K draft passes at cost c).
 #
 # Both stay exact for one reason: speculative sampling is lossless for any proposal law q, as long as q is the
 # law the token was drawn from and the choice of q (which drafter, how many tokens) is made from the committed
 # context and the draft's own draws. The stop reads q at a position before the target has seen it; the hybrid's
-# test reads the context only; a lookup proposal is deterministic given the context, so its law is the one-hot on
+# test reads the context only; the chooser reads the context and the verdicts of *past* steps, committed before
+# this step's draft exists; a lookup proposal is deterministic given the context, so its law is the one-hot on
 # the token, whose accept rule min(1, p(x)/1) and residual ∝ p with x removed give back p. Chapter 2's family
-# tests both (specs `linear:hybrid`, `linear:model@0.6`, `parallel:block@0.6`); a stop that peeks at the
-# target's law (`mutants.PeekingStop`) is caught by the same family test in `tests/test_adaptive.py`.
+# tests them all (specs `linear:hybrid`, `linear:adaptive`, `linear:model@0.6`, `parallel:block@0.6`,
+# `tree:model@0.3`); a stop that peeks at the target's law (`mutants.PeekingStop`) and a chooser that swaps drafters
+# where the target disfavours the drawn token (`mutants.PeekingChooser`) are caught by the same family test in
+# `tests/test_adaptive.py`.
 #
 # Every setting is chosen on held-out *training* prompts first (the draft's recipe holds them out, built from the
 # same templates as its training data), then the evaluation mix is measured once, in one interleaved run.
@@ -61,10 +70,11 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
+from specdec_core.adaptive import calibrate
 from specdec_core.study import bench, book, drafteval, report
 from specdec_core.study import exactness as ex
 
-ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram", "hybrid"))
+ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
 print(ch)
 
@@ -74,49 +84,22 @@ def runner(kw, temperature=0.0, outputs=None):
                                **bench.method_kwargs(pair, kw))
 
 
-def alpha_of(df: pd.DataFrame) -> pd.Series:
-    """α per runner: accepted ÷ (accepted + rejections), pooled over its calls."""
-    return df.groupby("runner").apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
-                                      include_groups=False)
-
-
-def candidates() -> dict:
-    """Every setting tried while tuning: the model draft at each fixed K, and each θ with the model draft and the
-    hybrid (both up to ``k_max`` tokens a step)."""
-    c = {f"model, K={k}": dict(method="linear", drafter="model", k=k) for k in fixed_ks}
-    for th in thetas:
-        c[f"model, θ={th}"] = dict(method="linear", drafter="model", k=k_max, confidence=th)
-        c[f"hybrid, θ={th}"] = dict(method="linear", drafter="hybrid", k=k_max, confidence=th)
-    return c
-
-
 # %% [markdown]
 # ## 1. Choosing K and θ on training prompts
 # Greedy, one interleaved run over held-out training prompts: every candidate's speedup over autoregressive
-# decoding (paired by prompt and repeat). The best fixed K, the best θ for the model draft and the best θ for the
-# hybrid are taken from this table and nothing else.
+# decoding (paired by prompt and repeat): the model draft at each fixed K, and each θ with the model draft, the
+# hybrid and the chooser (`pair.drafters["adaptive"]`, lookup or the model from the acceptance each has had in
+# the sequence so far). The best of each family is taken from this table and nothing else. This is what
+# `scripts/calibrate_confidence.py` runs, at its own size, to store the θ that `confidence="auto"` reads
+# (`specdec_core.adaptive.calibrate`).
 
 # %%
 tune_set = drafteval.sweep_prompts(pair, tune_prompts)
-cand = candidates()
-tune = bench.run_interleaved({"autoregressive": runner(dict(method="autoregressive"))}
-                             | {name: runner(kw) for name, kw in cand.items()}, tune_set, repeats=tune_repeats)
+cand = calibrate.candidates(fixed_ks, thetas, k_max)
+tune, tr = calibrate.tune(pair, tune_set, cand, max_new_tokens, repeats=tune_repeats)
 ch.save(tune, "tune_runs")
-tr = bench.paired_ratios(tune, "autoregressive").set_index("runner")
-tr["alpha"] = alpha_of(tune)
-tr["drafted_per_step"] = tune.groupby("runner").drafted_per_step.mean()
-tr["family"] = tr.index.str.split(",").str[0]
-tr["setting"] = tr.index.str.split(", ").str[1]
 ch.save(tr.reset_index(), "tuning")
-
-
-def best(prefix: str) -> str:
-    rows = tr[tr.index.str.startswith(prefix)]
-    return rows["median"].idxmax()
-
-
-prefixes = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ="}
-chosen = {role: best(prefix) for role, prefix in prefixes.items()}
+chosen = calibrate.choose(tr)
 
 
 def phrase(row) -> str:
@@ -129,9 +112,21 @@ def resolved(prefix: str, name: str) -> str:
     return f"; chosen by median, its IQR overlaps {', '.join(rivals)}: not resolved at this size" if rivals else ""
 
 
+def stored_line(stored: dict | None) -> str:
+    """The θ stored with the draft (what `confidence="auto"` uses) against this run's choices."""
+    if not stored:
+        return "- **Stored with the draft**: none (no `confidence.json`: `confidence=\"auto\"` is unavailable)."
+    mine = {calibrate.ROLES[r].split(",")[0]: calibrate.theta_of(n) for r, n in chosen.items() if "θ=" in n}
+    differ = [f"{f} (stored {t}, here {mine[f]})" for f, t in stored["theta"].items() if f in mine and mine[f] != t]
+    return (f"- **Stored with the draft** (`confidence=\"auto\"`, `scripts/calibrate_confidence.py` on "
+            f"{stored.get('prompts', '?')} training prompts): θ " + ", ".join(f"{f} {t}" for f, t in stored["theta"].items())
+            + (f"; this run chose differently for {', '.join(differ)}." if differ else "; this run's choices agree."))
+
+
 display(Markdown("\n".join(f"- **{role}**: {name} ({phrase(tr.loc[name])} over autoregressive on training prompts, "
-                           f"α = {tr.loc[name, 'alpha']:.2f}{resolved(prefixes[role], name)})"
-                           for role, name in chosen.items())))
+                           f"α = {tr.loc[name, 'alpha']:.2f}{resolved(calibrate.ROLES[role], name)})"
+                           for role, name in chosen.items())
+                 + "\n" + stored_line(getattr(pair.drafters["model"], "calibration", None))))
 tr.drop(columns=["family", "setting"]).round(3)
 
 # %% [markdown]
@@ -176,7 +171,7 @@ overall = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregre
                      for t in temperatures])
 by_task = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive", by=["task"])
                      .assign(temperature=t) for t in temperatures])
-alphas = pd.concat([alpha_of(runs[runs.temperature == t]).rename("alpha").reset_index().assign(temperature=t)
+alphas = pd.concat([calibrate.alpha_of(runs[runs.temperature == t]).rename("alpha").reset_index().assign(temperature=t)
                     for t in temperatures])
 overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")
@@ -244,5 +239,8 @@ display(Markdown("\n".join(lines)))
 # 1. Plot, per draft position, the draft's confidence against whether the target accepted the token
 #    (`bench.step_table` keeps the steps). Is max q a calibrated predictor of acceptance for this draft?
 # 2. Make the hybrid demand a longer match (`HybridDrafter(..., min_match=2)`). Which tasks change?
-# 3. Write a drafter that chooses between lookup and the model from the running acceptance of each (counts of
-#    past steps only). Prove it exact, add it to chapter 2's family, and measure it here.
+# 3. The chooser forgets nothing within a sequence. Give it a window (counts of the last 8 steps per drafter
+#    only): is it still exact (what may it read?), and does it help on the tasks that switch between copying
+#    and writing (multi-turn, RAG)?
+# 4. Compare `method="tree", confidence=θ` with the static default tree on the training prompts: which θ, if
+#    any, beats the best chain of the table above?
