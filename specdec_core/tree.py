@@ -110,6 +110,10 @@ class Tree:
         """The same tree cut at ``depth``."""
         return self if depth >= self.depth else Tree.of([p for p in self.paths if len(p) <= depth])
 
+    def __contains__(self, path) -> bool:
+        """True if the tree has a node at this index path (``()`` is the root)."""
+        return tuple(path) in self._index
+
     def n_children(self, path: Path) -> int:
         """Number of children of the node at ``path`` (0 if the tree has no such node)."""
         i = self._index.get(path)

@@ -26,12 +26,8 @@ def greedy_accept(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> tu
     return target_argmax[: n + 1].clone(), n
 
 
-def speculative_sample(
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor,
-    target_probs: torch.Tensor,
-    generator: torch.Generator | None,
-) -> tuple[torch.Tensor, int]:
+def speculative_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                       generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
     """Speculative sampling (Leviathan et al. 2023, Alg. 1; Chen et al. 2023).
 
     draft_tokens ``[K]`` sampled from draft_probs ``[K, V]`` (q); target_probs ``[K+1, V]`` (p).
