@@ -1,6 +1,7 @@
 """The draft's learning curve: α and the predicted speedup at several data sizes and trunk depths.
 
     python scripts/draft_curve.py                              # 3 sizes × 1 and 2 layers (~50 min, 2 cores, alone)
+    python scripts/draft_curve.py --only-cached                # measure the points an interrupted run trained
     python scripts/draft_curve.py --layers 1 2 4 --shares 0.25 0.5 1
     python scripts/draft_curve.py --smoke                      # every stage at a tiny size (a minute)
 
@@ -31,7 +32,7 @@ from specdec_core.models.hub import load_pair
 from specdec_core.study import bench, theory
 from specdec_core.study.prompts import encode, load_prompts
 from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
-from specdec_core.train import curve, distill, drafts
+from specdec_core.train import curve, drafts
 from specdec_core.train.drafts import CACHE
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
@@ -48,14 +49,16 @@ def predict(alpha: float, cost: dict) -> tuple[int, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shares", type=float, nargs="+", default=[0.25, 0.5, 1.0], help="nested data shares")
-    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2], help="trunk depths (first L target layers)")
+    ap.add_argument("--shares", type=float, nargs="+", default=[0.25, 1.0, 0.5], help="nested data shares")
+    ap.add_argument("--layers", type=int, nargs="+", default=[2, 1], help="trunk depths (first L target layers)")
     ap.add_argument("--more", type=int, default=900, help="prompts of train_more.jsonl the target answers")
     ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
     ap.add_argument("--eval-tokens", type=int, default=64)
     ap.add_argument("--cost-repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="default data/reference/draft_curve.json")
+    ap.add_argument("--only-cached", action="store_true",
+                    help="skip points not trained yet (measure what an interrupted run left; rerun without it to finish)")
     ap.add_argument("--smoke", action="store_true", help="every stage at a tiny size: checks the plumbing")
     args = ap.parse_args()
     if not MORE_PATH.exists():
@@ -64,19 +67,15 @@ def main() -> int:
         raise SystemExit(f"--layers are trunk depths in 1..30 (the target's layers), got {args.layers}")
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    recipe = drafts.Recipe()
+    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.Recipe()
     if args.smoke:
-        recipe = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=8, gen_batch=4,
-                               train=distill.TrainConfig(steps=3, lr=3e-3, warmup=1, batch_tokens=512, seed=0,
-                                                         ckpt_every=100))
         args.more, args.eval_tokens, args.cost_repeats = 6, 6, 2
     out = args.out or Path("build/draft_curve_smoke.json" if args.smoke else "data/reference/draft_curve.json")
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
-    train1, val1, info1 = drafts.teacher_records(pair, recipe)
-    n_sample = round(args.more * args.sample_frac)
-    train2, val2, info2 = drafts.teacher_records(pair, recipe, prompt_file=MORE_PATH,
-                                                 counts=(args.more - n_sample, n_sample))
+    sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
+    (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
+    n_sample = info2["plan"]["modes"][1][2]
     union = train1 + train2
     tag = f"{zlib.crc32((info1['teacher_folder'] + info2['teacher_folder']).encode()):08x}"
     task_of = {p.id: p.task for p in load_prompts(TRAIN_PROMPTS) + load_prompts(MORE_PATH)}
@@ -87,7 +86,10 @@ def main() -> int:
     ev = curve.eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None,
                             cache=None if args.smoke else CACHE / f"eval-records-{args.eval_tokens}-{target_sha}.pt")
     points, depth_draft = [], {}
-    grid = [(L, s) for L in args.layers for s in sorted(args.shares)]
+    grid = [(L, s) for L in args.layers for s in args.shares]  # in the order given: extremes first saves time
+    if args.only_cached:
+        grid = [(L, s) for L, s in grid
+                if (curve.point_dir(tag, s, tuple(range(L)), recipe) / "final" / "model.safetensors").exists()]
     for i, (L, share) in enumerate(grid):
         layers = tuple(range(L))
         data = curve.nested_subset(union, share)

@@ -31,42 +31,11 @@ import torch
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel, load_draft, save_draft
 from specdec_core.models.hub import load_pair
-from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
-from specdec_core.study.prompts import encode, load_prompts
-from specdec_core.train import distill, drafts
-from specdec_core.train.drafts import CACHE, EOS, PAD
+from specdec_core.study.prompts import load_prompts
+from specdec_core.train import curve, distill, drafts
+from specdec_core.train.drafts import CACHE, EOS
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
-
-
-def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = None) -> list[dict]:
-    """The target's greedy and temperature-1 answers to every eval prompt (first turn), with its top-20 law."""
-    prompts = load_prompts(EVAL_PATH, per_task=per_task)
-    ids = [encode(pair, p) for p in prompts]
-    recs = []
-    for mode, temp in (("greedy", 0.0), ("sample", 1.0)):
-        order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))
-        for b in range(0, len(order), batch):
-            items = order[b:b + batch]
-            out = distill.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b,
-                                        EOS, PAD)
-            for r, i in zip(out, items):
-                r.update(key=prompts[i].id, mode=mode, task=prompts[i].task)
-            recs += out
-    return recs
-
-
-def alpha_by_task(draft, records: list[dict]) -> dict:
-    """:func:`distill.agreement` of ``draft`` (its own vocabulary) per task and over all records."""
-    slots = distill.slot_map(draft.vocab, draft.config.vocab_size)
-    fn = drafts.sub_logits_fn(draft)
-    out = {}
-    for task in sorted({r["task"] for r in records}) + ["all"]:
-        sel = [r for r in records if task in ("all", r["task"])]
-        with torch.no_grad():
-            a = distill.agreement(fn, sel, slots, PAD)
-        out[task] = {k: round(v, 4) if isinstance(v, float) else v for k, v in a.items()}
-    return out
 
 
 def main() -> int:
@@ -84,20 +53,16 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    recipe = drafts.Recipe()
+    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.Recipe()
     if args.smoke:
-        recipe = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=8, gen_batch=4,
-                               train=distill.TrainConfig(steps=3, lr=3e-3, warmup=1, batch_tokens=512, seed=0,
-                                                         ckpt_every=100))
         args.more, args.eval_tokens = 6, 6
     args.out = args.out or Path("build/pilot_smoke.json" if args.smoke else "data/reference/draft_pilot_more.json")
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
     # 1. the shipped recipe's teacher data, then the target's answers to the new prompts
-    train1, val1, info1 = drafts.teacher_records(pair, recipe)
-    n_sample = round(args.more * args.sample_frac)
-    train2, val2, info2 = drafts.teacher_records(pair, recipe, prompt_file=MORE_PATH,
-                                                 counts=(args.more - n_sample, n_sample))
+    sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
+    (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
+    n_sample = info2["plan"]["modes"][1][2]
     train = train1 + train2
     tokens = lambda rs: sum(r["response"].numel() for r in rs)
     print(f"teacher data: {tokens(train1)} + {tokens(train2)} response tokens "
@@ -120,7 +85,7 @@ def main() -> int:
     for recs in val.values():
         for r in recs:
             r["task"] = task_of[r["key"]]
-    ev = eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None)
+    ev = curve.eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None)
     val["eval mix"] = ev
     report = dict(
         script="scripts/pilot_more_data.py", threads=torch.get_num_threads(),
@@ -128,8 +93,8 @@ def main() -> int:
                   more_sample_prompts=n_sample, more_teacher_seconds=info2["teacher_seconds"]),
         recipe=asdict(recipe), train_seconds=round(hist["seconds"], 1),
         vocab_coverage_eval=round(distill.coverage([r for r in ev if r["mode"] == "greedy"], vocab), 4),
-        shipped={k: alpha_by_task(old, v) for k, v in val.items()},
-        more_data={k: alpha_by_task(new, v) for k, v in val.items()},
+        shipped={k: curve.alpha_by_task(old, v) for k, v in val.items()},
+        more_data={k: curve.alpha_by_task(new, v) for k, v in val.items()},
         total_seconds=round(time.perf_counter() - t0, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -192,12 +192,54 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1 §4b) and must yield more than that many tokens to "
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         *feature_draft_lines(),
+        *calibration_lines(folder),
+        *curve_lines(),
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
         "",
     ]
     return "\n".join(lines)
+
+
+def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
+    """The card's section on the stored confidence threshold (none without ``confidence.json``)."""
+    from ..adaptive import calibrate
+
+    rec = calibrate.load(folder)
+    if rec is None:
+        return []
+    t = {r["runner"]: r for r in rec["table"]}
+    fixed = t[f"model, K={rec['fixed_k']}"]
+    return ["", "## Confidence threshold (`confidence=\"auto\"`)",
+            f"`confidence.json` (listed in `SHA256SUMS`): the θ `generate(..., confidence=\"auto\")` uses, chosen by "
+            f"`scripts/calibrate_confidence.py` on {rec['prompts']} held-out training prompts ({rec['max_new_tokens']} "
+            f"tokens, greedy, one interleaved run, {rec.get('date', '')}; the eval mix is not read): "
+            + "; ".join(f"{d}: θ = {v} ({t[f'{d}, θ={v}']['median']:.2f}× over autoregressive, up to "
+                        f"{rec['k_max']} tokens a step)" for d, v in rec["theta"].items())
+            + f"; the best fixed K there: {rec['fixed_k']} ({fixed['median']:.2f}×). The chooser's c = {rec['cost']} "
+            "was measured in the same run. Retraining the draft drops the file from `SHA256SUMS`: recalibrate."]
+
+
+def curve_lines(path: Path = REF / "draft_curve.json") -> list[str]:
+    """The card's learning-curve table (``scripts/draft_curve.py``); none before that run."""
+    if not Path(path).exists():
+        return []
+    cj = json.loads(Path(path).read_text())
+    rows = [f"| {p['layers']} | {p['tokens'] / 1e3:.0f}k | {p['heldout']['all']['greedy_alpha']:.3f} | "
+            f"{p['eval']['all']['greedy_alpha']:.3f} | {p['eval']['all']['t1_alpha']:.3f} | "
+            f"{p.get('eval_predicted_speedup', float('nan')):.2f}× (K = {p.get('eval_best_k')}) |"
+            for p in sorted(cj["points"], key=lambda p: (p["layers"], p["tokens"]))]
+    choice = cj["ship_rule_choice"]
+    return ["", "## Learning curve (`scripts/draft_curve.py`, `data/reference/draft_curve.json`; chapter 3)",
+            "The recipe on nested shares of the first training set plus `train_more.jsonl`'s answers, teacher-forced "
+            "α (greedy; T = 1 a lower bound) and the speedup Theorem 3.8 predicts from eval α with c and the verify "
+            "cost measured per depth:", "",
+            "| layers | response tokens | held-out greedy α | eval greedy α | eval T = 1 α | predicted (eval α) |",
+            "|---|---|---|---|---|---|", *rows, "",
+            f"The rule fixed beforehand ({cj['ship_rule']}) picks {choice['layers']} layer(s) on "
+            f"{choice['tokens'] / 1e3:.0f}k tokens. The draft this card describes was trained on the first set alone; "
+            "none of the curve's drafts is installed."]
 
 
 def write_card(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> Path:

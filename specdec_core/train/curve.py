@@ -26,6 +26,23 @@ from . import distill, drafts
 from .drafts import CACHE, EOS, PAD
 
 
+# every stage at a tiny size (a minute): the scripts' --smoke checks their plumbing with it
+SMOKE_RECIPE = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=8, gen_batch=4,
+                             train=distill.TrainConfig(steps=3, lr=3e-3, warmup=1, batch_tokens=512, seed=0,
+                                                       ckpt_every=100))
+
+
+def teacher_sets(pair, recipe: drafts.Recipe, more: int, sample_frac: float) -> dict:
+    """The recipe's teacher data on the first training set (``first``) and the target's answers to ``more``
+    prompts of ``train_more.jsonl``, a ``sample_frac`` share of them at temperature 1 (``more``): each a
+    ``(train, val, info)`` triple of :func:`~specdec_core.train.drafts.teacher_records` (cached, resumable)."""
+    from .prompts import MORE_PATH
+
+    n_sample = round(more * sample_frac)
+    return dict(first=drafts.teacher_records(pair, recipe),
+                more=drafts.teacher_records(pair, recipe, prompt_file=MORE_PATH, counts=(more - n_sample, n_sample)))
+
+
 def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = None,
                  cache: Path | None = None) -> list[dict]:
     """The target's greedy and temperature-1 answers to every eval prompt (first turn), with its top-20 law
