@@ -25,7 +25,7 @@
 # 3. **Equivalence**: an upper confidence bound TV < ε, not only a failure to reject.
 # 4. **Power and calibration**: samples needed to see TV = 0.01 / 0.02, and the test's own false-positive
 #    rate over 200 seeds of the exact sampler.
-# 5. **Negative controls**: five classes of real bugs, each caught.
+# 5. **Negative controls**: real bugs (the lossy mutants), which the same tests must catch.
 # 6. **The real model**: conditional goodness of fit and a two-sample test on the embedded target.
 # 7. **Greedy**: every method reproduces autoregressive greedy decoding.
 #

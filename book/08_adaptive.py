@@ -26,7 +26,7 @@
 #   predict commits more tokens per unit of time (each drafter's α estimated from its own accepted and rejected
 #   tokens so far, Theorem 3.8's expected tokens, the model's K draft passes at cost c).
 #
-# Both stay exact for one reason: speculative sampling is lossless for any proposal law q, as long as q is the
+# All three stay exact for one reason: speculative sampling is lossless for any proposal law q, as long as q is the
 # law the token was drawn from and the choice of q (which drafter, how many tokens) is made from the committed
 # context and the draft's own draws. The stop reads q at a position before the target has seen it; the hybrid's
 # test reads the context only; the chooser reads the context and the verdicts of *past* steps, committed before
@@ -109,7 +109,8 @@ def phrase(row) -> str:
 def resolved(prefix: str, name: str) -> str:
     """Whether the choice by median is clear of its rivals' IQRs (else a tie the chosen setting wins by median)."""
     rivals = report.rivals(tr[tr.index.str.startswith(prefix)], name)
-    return f"; chosen by median, its IQR overlaps {', '.join(rivals)}: not resolved at this size" if rivals else ""
+    return (f"; chosen by median, its IQR overlaps {'; '.join(f'“{r}”' for r in rivals)}: not resolved at this size"
+            if rivals else "")
 
 
 def stored_line(stored: dict | None) -> str:
@@ -123,8 +124,9 @@ def stored_line(stored: dict | None) -> str:
             + (f"; this run chose differently for {', '.join(differ)}." if differ else "; this run's choices agree."))
 
 
-display(Markdown("\n".join(f"- **{role}**: {name} ({phrase(tr.loc[name])} over autoregressive on training prompts, "
-                           f"α = {tr.loc[name, 'alpha']:.2f}{resolved(calibrate.ROLES[role], name)})"
+display(Markdown("\n".join(f"- **{role}**: “{name}”, on training prompts against autoregressive decoding "
+                           f"{phrase(tr.loc[name])}, α = {tr.loc[name, 'alpha']:.2f}"
+                           f"{resolved(calibrate.ROLES[role], name)}"
                            for role, name in chosen.items())
                  + "\n" + stored_line(getattr(pair.drafters["model"], "calibration", None))))
 tr.drop(columns=["family", "setting"]).round(3)
