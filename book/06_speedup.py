@@ -178,8 +178,7 @@ rat = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressiv
 overall = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive").assign(temperature=t)
                      for t in temperatures])
 spec_runs = runs[runs.runner.isin(methods)]
-alpha = spec_runs.groupby(["runner", "temperature", "task"]).apply(
-    lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()), include_groups=False).rename("alpha")
+alpha = bench.pooled_alpha(spec_runs, ["runner", "temperature", "task"]).rename("alpha")
 tau = spec_runs.groupby(["runner", "temperature", "task"]).tau.median()
 summary = rat.set_index(["runner", "temperature", "task"]).join(alpha).join(tau).reset_index()
 summary = summary.rename(columns={"runner": "method", "median": "speedup", "q25": "speedup_q25", "q75": "speedup_q75"})
@@ -255,8 +254,7 @@ else:
     sr = bench.paired_ratios(sw, "autoregressive")
     sr["method"] = sr.runner.str.split("|").str[0]
     sr["K"] = sr.runner.str.split("|").str[1].astype(int)
-    a_hat = sw[sw.runner != "autoregressive"].groupby("runner").apply(
-        lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()), include_groups=False)
+    a_hat = bench.pooled_alpha(sw[sw.runner != "autoregressive"])
     sr["alpha_hat"] = sr.runner.map(a_hat)
     lin = sr.method == "linear (draft model)"
     for i in sr.index[lin]:  # theory per call (each call's own α̂), decode loops: see "Does the theory hold?"
@@ -334,7 +332,7 @@ if not gref or g0_lin.empty:
     print("skipped:", "no GPU reference run under data/reference/cuda-*/" if not gref
           else "no greedy linear run with the draft model in `methods`")
 else:
-    alpha_run = g0_lin.accepted.sum() / max(1, g0_lin.accepted.sum() + g0_lin.rejections.sum())
+    alpha_run = float(bench.pooled_alpha(g0_lin).iloc[0])
     by_device = gpu.speedup_by_device(alpha_run, range(1, 9), {f"{ch.tag} (this run) / core": (
         costs["c"], costs["verify_ratio"]), **gpu.reference_costs(gref)})
     ch.save(by_device, "gpu_predicted_k")

@@ -173,7 +173,7 @@ overall = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregre
                      for t in temperatures])
 by_task = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive", by=["task"])
                      .assign(temperature=t) for t in temperatures])
-alphas = pd.concat([calibrate.alpha_of(runs[runs.temperature == t]).rename("alpha").reset_index().assign(temperature=t)
+alphas = pd.concat([bench.pooled_alpha(runs[runs.temperature == t]).rename("alpha").reset_index().assign(temperature=t)
                     for t in temperatures])
 overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")

@@ -50,3 +50,15 @@ def test_generate_runner_row_on_a_toy_pair():
     assert len(row["tokens"]) == 12 and row["decode_tokens"] == 11 and row["decode_s"] > 0
     assert row["accepted"] == sum(row["accepted_lengths"]) <= row["proposed"]
     assert 0 <= row["rejections"] <= len(row["accepted_lengths"])
+
+
+def test_pooled_alpha_sums_before_dividing():
+    """Two calls 3/(3+1) and 1/(1+3) pool to 4/8, not to the mean of the ratios; no test at all gives 0."""
+    import pandas as pd
+
+    from specdec_core.study import bench
+
+    df = pd.DataFrame(dict(runner=["a", "a", "b"], task=["x", "y", "x"], accepted=[3, 1, 0], rejections=[1, 3, 0]))
+    got = bench.pooled_alpha(df)
+    assert got["a"] == 0.5 and got["b"] == 0.0
+    assert bench.pooled_alpha(df, ["runner", "task"])[("a", "x")] == 0.75

@@ -32,12 +32,6 @@ def candidates(fixed_ks, thetas, k_max: int, families=FAMILIES) -> dict[str, dic
     return c
 
 
-def alpha_of(df):
-    """α per runner of a run table: accepted ÷ (accepted + rejections), pooled over its calls."""
-    return df.groupby("runner").apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
-                                      include_groups=False)
-
-
 def draft_cost(runs, runner: str) -> float:
     """c of a model-draft runner: median over its calls of (draft seconds per draft pass) ÷ (verify seconds per
     step), the draft pass's cost in target passes as this run measured it."""
@@ -57,7 +51,7 @@ def tune(pair, prompts, cands: dict[str, dict], max_new_tokens: int, repeats: in
     runs = bench.run_interleaved({"autoregressive": runner(dict(method="autoregressive"))}
                                  | {name: runner(kw) for name, kw in cands.items()}, prompts, repeats=repeats)
     tr = bench.paired_ratios(runs, "autoregressive").set_index("runner")
-    tr["alpha"] = alpha_of(runs)
+    tr["alpha"] = bench.pooled_alpha(runs)
     tr["drafted_per_step"] = runs.groupby("runner").drafted_per_step.mean()
     tr["family"] = tr.index.str.split(",").str[0]
     tr["setting"] = tr.index.str.split(", ").str[1]

@@ -191,6 +191,12 @@ def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float,
     return rows, summary
 
 
+def pooled_alpha(df: pd.DataFrame, by="runner") -> pd.Series:
+    """α per group of a run table, pooled over its calls: Σ accepted ÷ Σ (accepted + rejections)."""
+    return df.groupby(by).apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
+                                include_groups=False)
+
+
 def paired_ratios(df: pd.DataFrame, baseline: str, by: list[str] | None = None) -> pd.DataFrame:
     """tokens/s of each runner ÷ the baseline's on the same prompt and repeat; median, IQR, n per group."""
     key = ["id", "repeat"]
