@@ -66,10 +66,13 @@ print(pair.tokenizer.decode(res.tokens))
 # ## The stats record
 # Every strategy in `specdec_core` returns the same record: the new tokens plus `stats`. For the baseline,
 # one target pass per token (the prefill pass yields the first one), so τ — tokens per target pass — is 1.
+# Rates over draft tokens (α) have no value without a draft: the table says so instead of printing NaN.
 
 # %%
 s = res.stats
-pd.Series({k: v for k, v in s.items() if not isinstance(v, list)}).to_frame("value")
+scalars = {k: v for k, v in s.items() if not isinstance(v, list)}
+pd.Series({k: "— (no draft tokens)" if isinstance(v, float) and v != v else v
+           for k, v in scalars.items()}).to_frame("value")
 
 # %%
 assert s["target_passes"] == len(res.tokens), "the baseline makes one pass per token"

@@ -573,11 +573,16 @@ ch.savefig(fig, "matmul_shapes")
 shape_t[["name", "shape", "MB", "median", "gbps", "of_copy_bw"]].round(3)
 
 # %%
-assert t_lin > 0.8 * (w_bytes / BW), "bare matmuls faster than the copy bandwidth allows: a measurement error"
+# Two consistency checks between measurements of this run, reported rather than asserted: both fail when another
+# process shares the cores during one of the measurements (the reader's remedy: run the chapter alone)
+floor_ratio = t_lin / (w_bytes / BW)
+print(f"bare matmuls at M = 1 take {floor_ratio:.2f}× the time the copy bandwidth allows for their weights: "
+      + ("consistent (a matmul cannot stream its weights faster than a copy)" if floor_ratio > 0.8 else
+         "INCONSISTENT, faster than a copy: the bandwidth or the matmuls were timed under load; rerun alone"))
 if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matmuls wall time (launches)
-    assert 0.5 < prof_mm / t_lin < 2.0, (
-        f"the profiler's matmul time ({1e3 * prof_mm:.1f} ms) and the bare matmuls ({1e3 * t_lin:.1f} ms) disagree")
-    print("the bare-matmul measurement and the profiler agree within a factor 2 on the matmul time of t(1)")
+    agree = 0.5 < prof_mm / t_lin < 2.0
+    print(f"the profiler's matmul time of t(1) ({1e3 * prof_mm:.1f} ms) and the bare matmuls ({1e3 * t_lin:.1f} ms) "
+          + ("agree within a factor 2" if agree else "DISAGREE by more than a factor 2: timed under load? rerun alone"))
 
 # %% [markdown]
 # ## 7. Prefill versus decode: one pass for the prompt, one pass per generated token
@@ -744,9 +749,14 @@ else:
     gk = gref["knees"][gref["knees"].source == gref["tag"]]
     gk = gk[["model", "mode", "t1_ms", "floor_ms", "of_copy_bw", "knee_ideal", "knee_measured", "knee_resolved"]]
     ch.save(gk, "gpu_knees")
+    pt = gref["pass_times"]
+    rise = pt[pt["T"] == t_top].set_index(["model", "mode"]).ratio  # t(T_max)/t(1): how much the curve rose at all
     lines = [f"- **{r.model}, {r.mode}**: t(1) {r.t1_ms:.2f} ms against a {r.floor_ms:.3f} ms weight-streaming "
              f"floor ({r.of_copy_bw:.1%} of the copy bandwidth); knee at the ridge point {r.knee_ideal:.0f} tokens, "
              f"measured {r.knee_measured:.0f}" + ("" if r.knee_resolved else f" (not resolved by T = {t_top})")
+             + (f" — but t({t_top})/t(1) is only {rise[(r.model, r.mode)]:.2f}: a knee fitted to so small a rise "
+                "is loosely determined (the fit searches a grid of 400 knees, so two such curves can land on the "
+                "same one)" if rise.get((r.model, r.mode), np.inf) < 2 else "")
              for r in gk.itertuples()]
     lines.append(f"- **This run ({tag})**: knee at the ridge point {k0.knee_ideal:.1f} tokens, measured "
                  f"{k0.knee_measured:.1f} (S = {S0}).")

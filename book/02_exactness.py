@@ -626,6 +626,7 @@ display(Markdown(f"**This run.** {len(family)} family tests, smallest Holm-corre
          f"{int(lossy.caught.sum())} of {len(lossy)} lossy mutants caught, {int((~harmless.caught).sum())} of "
          f"{len(harmless)} harmless forms passed. On {real_model}: conditional fits at positions "
          f"{sorted(set(fit_r.position))} ({', '.join(f'{s}: {v}' for s, v in spec_tested.items())} decided by "
-         f"speculative sampling), each with Holm p > {alpha}; greedy: {len(real_g)} runs, "
-         f"{n_div} near-tie divergence{'s' if n_div != 1 else ''}."))
+         f"speculative sampling), each with Holm p > {alpha}. Greedy: {len(greedy)} runs, "
+         f"{len(greedy) - len(real_g)} on the toy pair (float64, all identical) and {len(real_g)} on {real_model} "
+         f"with {n_div} near-tie divergence{'s' if n_div != 1 else ''}."))
 assert family_ok and bound.tv_upper < epsilon and calibrated.inside.all() and lossy.caught.all() and toy_ok and real_ok

@@ -42,6 +42,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'specdec_core' has no attribute {name!r}")
 
 
-__all__ = ["generate", "stream", "generate_batch", "BatchResult", "load_pair", "toy_pair", "Pair", "Result", "Stats", "KVCache", "Drafter", "Draft",
-           "ModelDrafter", "NGramDrafter", "BlockDrafter", "SamplingParams", "process_logits", "sampling", "verify",
-           "tree", "CorruptModelCache", "METHODS", "load_prompts", "Prompt", "TASKS"]
+__all__ = ["generate", "stream", "generate_batch", "BatchResult", "load_pair", "toy_pair", "Pair", "Result", "Stats",
+           "KVCache", "Drafter", "Draft", "ModelDrafter", "NGramDrafter", "BlockDrafter", "SamplingParams",
+           "process_logits", "sampling", "verify", "tree", "CorruptModelCache", "METHODS"] + list(_LAZY)

@@ -177,10 +177,7 @@ class NGramDrafter(Drafter):
 
     def propose(self, context, k, params, generator, confidence=None):  # q one-hot: confidence 1, never stops
         toks = torch.tensor(self.lookup(context, k), dtype=torch.long)
-        q = None
-        if not params.greedy:
-            q = torch.zeros(toks.numel(), self.vocab_size, dtype=PROB_DTYPE)
-            q[torch.arange(toks.numel()), toks] = 1.0
+        q = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).to(PROB_DTYPE)
         return Draft(toks, q, passes=0)
 
     def propose_tree(self, context, shape, k, params, generator, confidence=None):  # one-hot q: never pruned

@@ -36,7 +36,6 @@ PHASES = ("draft", "verify", "accept", "commit")
 class Stats:
     """Typed run record; ``stats["alpha"]`` and ``stats.alpha`` read the same field (see the module docstring)."""
 
-    # (a plain field list: the duplicates check pairs it by shape with other dataclasses' lists)
     method: str
     target_passes: int = 0
     draft_passes: int = 0

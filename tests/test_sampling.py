@@ -59,3 +59,24 @@ def test_sample_is_seeded():
     a = sample(p, torch.Generator().manual_seed(3))
     b = sample(p, torch.Generator().manual_seed(3))
     assert a.tolist() == b.tolist() and a.shape == (3,)
+
+
+def _unscaled(probs, generator):  # mutant: the uniform is not scaled by the row's total
+    cum = probs.cumsum(-1)
+    u = torch.rand((*probs.shape[:-1], 1), dtype=cum.dtype, generator=generator)
+    return torch.searchsorted(cum, u, right=True).clamp_max(probs.shape[-1] - 1).squeeze(-1)
+
+
+@pytest.mark.parametrize("sampler, exact", [(sample, True), (_unscaled, False)])
+def test_sample_draws_the_weights_law(sampler, exact):
+    """Chi-square of 20 000 draws from unnormalized weights with zeros (false-positive rate 1e-3): the sampler's
+    law is the weights' own, a zero weight is never drawn, and a sampler that ignores the total is caught."""
+    from scipy.stats import chisquare
+
+    w = torch.tensor([0.0, 2.0, 0.0, 1.0, 0.5, 0.5, 0.0], dtype=torch.float64)  # total 4, zeros inside and last
+    draws = sampler(w.expand(20_000, -1), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=w.numel()).double()
+    assert counts[w == 0].sum() == 0 or not exact
+    support = w > 0
+    p = chisquare(counts[support].numpy(), (w[support] / w.sum() * counts[support].sum()).numpy()).pvalue
+    assert (p > 1e-3) == exact, f"chi-square p = {p:.3g}"
