@@ -183,7 +183,7 @@ costs = bench.pass_costs(pair.target, model_drafter.model, bench.median_length(e
                          ks=tuple(ks), repeats=max(5, 5 * repeats), decoded=max_new_tokens // 2)
 cost_df = ch.save(pd.DataFrame({"K": ks, "verify_ratio": [costs["verify_ratio"][k] for k in ks]}), "pass_costs")
 print(f"c = draft pass / target pass = {costs['c']:.3f}")
-print({k: round(v, 2) for k, v in costs["ms"].items()}, "ms (medians)")
+print("pass medians: " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(costs["ms"].items())))
 cost_df.round(3)
 
 # %% [markdown]
@@ -235,7 +235,7 @@ display(ratios.round(3))
 # ## What more data buys: the draft's learning curve
 # α is a property of the draft's weights, and the draft learned from the target's own answers to the project's
 # training prompts. `scripts/draft_curve.py` retrains the shipped recipe (same architecture, vocabulary size,
-# optimiser, steps and seed) on nested shares of a larger teacher set, with one and two trunk layers, and
+# optimiser, steps and seed) on nested shares of a larger teacher set, at the trunk depths it is given, and
 # measures each draft teacher-forced: greedy α (the draft's argmax against the target's on the target's greedy
 # answers) and T = 1 α (Σ min(p, q), a lower bound), on held-out training prompts and on the evaluation mix,
 # plus c per depth, timed alone. Each point's α then predicts a speedup at its best K (Theorem 3.8 with the
@@ -285,9 +285,11 @@ else:
                                   t1=v["t1_alpha"]) for p in cj["points"] for t, v in p["eval"].items() if t != "all"])
     ch.save(per_task, "learning_curve_by_task")
     display(per_task.pivot_table(index="task", columns=["layers", "tokens"], values="greedy").round(3))
+    print(f"the committed curve holds {len(cj['points'])} point(s): depth(s) {sorted({p['layers'] for p in cj['points']})}, "
+          f"sizes {sorted({p['tokens'] for p in cj['points']})} response tokens")
 
 # %% [markdown]
-# What this run's curve says, computed from the table (greedy α on the evaluation mix unless said):
+# What the committed curve says, computed from its table (greedy α on the evaluation mix unless said):
 
 # %%
 if curve_path.exists():
@@ -322,9 +324,10 @@ if curve_path.exists():
 
 # %% [markdown]
 # ## Summary
-# The mechanisms: α (per task) and c set the speedup, and the verify pass over K + 1 tokens is not free on a
-# CPU, so the theory is given the measured verify cost v; Theorem 3.8's idealization (verify costs one pass)
-# differs from it by the factor (Kc + v) / (Kc + 1) in the cost of a step. The n-gram drafter costs almost
+# The mechanisms: α (per task) and c set the speedup, and the verify pass over K + 1 tokens costs v one-token
+# passes, measured in this run (chapter 1 says where on this CPU it is about one pass), so the theory is given
+# v; Theorem 3.8's idealization (verify costs one pass) differs from it by the factor (Kc + v) / (Kc + 1) in the
+# cost of a step. The n-gram drafter costs almost
 # nothing but can only propose text that already occurred; the hypothesis that it does best where the answer
 # copies the prompt (summarization, RAG) is tested below. What this run measured, computed from its tables:
 

@@ -56,7 +56,7 @@ cost_repeats = 5           # interleaved rounds when timing single passes
 repeats = 2                # interleaved rounds of the tokens/s comparison
 threads = 0                # CPU threads (0: torch's default, every core, as in chapters 3 and 6): a verify
                            # pass over a tree's nodes is a few-row product that MKL spreads over the cores
-                           # (chapter 1, section 4b); on one thread it costs several one-token passes
+                           # (chapter 1, section 4b measures what one thread costs instead)
 device = "cpu"
 out_dir = "../build/book/04_tree"  # figures and CSVs land here
 
@@ -97,7 +97,7 @@ print(ch, "| draft:", "the shipped draft model" if draft is None else draft)
 # A static tree is a list of index paths; each index is a rank among the parent's children (0 = the
 # draft's first choice). `Tree` converts the paths once into parents, depths (the position offsets), the
 # ancestor mask and the retrieve paths. The library's default tree for depth k is the first-choice chain
-# plus the second choice at every depth, the third at the root, and one grandchild of the second. The
+# plus the second choice at every depth, the third at the root, and the first child of the second. The
 # figure draws it beside its attention mask:
 
 # %%
@@ -234,15 +234,17 @@ shape_df = shape_df.join(meas)
 dyn = shape_df.family == "dynamic"
 shape_df.loc[dyn, "nodes"] = shape_df.measured_nodes[dyn]  # dynamic trees: the mean size actually drafted
 ch.save(shape_df.reset_index(), "accept_vs_shape")
-shape_df.drop(columns="measured_nodes").round(3)
+report.shown(shape_df.drop(columns="measured_nodes"))
 
 # %% [markdown]
 # Pass costs, timed side by side (`treesearch.pass_cost_curves`, interleaved rounds): a target pass over
 # T = N + 1 tokens after the first prompt, and a draft pass over F nodes. The mask does not change the
 # arithmetic of a pass, only which scores are kept, so plain passes of the same sizes stand in for them.
-# A pass cannot get cheaper with more tokens, so the medians are smoothed by isotonic (non-decreasing)
-# regression before they enter the cost model. The figure puts acceptance against tree size (left) beside
-# what a pass costs (right).
+# A pass over more tokens does at least the arithmetic of a smaller one, yet a larger T can *time* faster where
+# the matmul library switches kernels (chapter 1, section 4b). The cost model should not reward a tree for
+# reaching a faster kernel by accident of size, so the medians are smoothed by isotonic (non-decreasing)
+# regression, which pools such a dip with its neighbours, before they enter the cost model. The figure puts
+# acceptance against tree size (left) beside what a pass costs (right).
 
 # %%
 static_nodes = {int(shape_df.nodes[s]) for s in shape_df.index[~dyn]}
@@ -265,7 +267,7 @@ axes[1].set(xlabel="tokens in the pass (N + 1 for a verify pass)", ylabel="ms (m
 axes[1].legend()
 fig.tight_layout()
 ch.savefig(fig, "accept_and_cost_vs_size")
-print("target pass ms (fitted) by tokens:", tc.fitted.round(1).to_dict())
+print("target pass (isotonic fit): " + ", ".join(f"T = {T}: {v:.1f} ms" for T, v in tc.fitted.items()))
 
 # %% [markdown]
 # ## The best tree for this machine
@@ -294,7 +296,7 @@ ax.set(xlabel="nodes per tree (N)", ylabel="predicted tokens/s", title="hardware
 fig.tight_layout()
 ch.savefig(fig, "predicted_throughput")
 print(f"best tree: {best_tree} {shapes[best_tree][1]}; best chain: {best_chain}")
-static.sort_values("predicted_tokens_per_s", ascending=False).head(8).round(2)
+report.shown(static.sort_values("predicted_tokens_per_s", ascending=False).head(8), 2)
 
 # %% [markdown]
 # Then we **measure**: linear at depth k and at the best chain's K, the default tree and the best tree decode

@@ -122,7 +122,7 @@ for name, d in (("block", blk), ("model", ar_drafter)):
                      "q(x)": float(dr.q[i, x]), "p(x)": float(p[i, x]),
                      "Σ min(p,q)": float(torch.minimum(p[i], dr.q[i]).sum()), "draft passes": dr.passes})
 by_hand = pd.DataFrame(rows)
-by_hand.pivot(index="position", columns="drafter", values=["token", "Σ min(p,q)"]).round(3)
+report.shown(by_hand.pivot(index="position", columns="drafter", values=["token", "Σ min(p,q)"]))
 
 # %% [markdown]
 # Position 1 is nearly the same prediction in both drafters (the block draft starts from the model draft's
@@ -172,7 +172,7 @@ fig.tight_layout()
 ch.savefig(fig, "acceptance_by_position")
 per_step = steps.groupby(["drafter", "temperature"]).accepted.mean().rename("accepted per step").reset_index()
 display(per_step.round(3))
-by_pos.pivot_table(index="position", columns=["drafter", "temperature"], values="conditional").round(3)
+report.shown(by_pos.pivot_table(index="position", columns=["drafter", "temperature"], values="conditional"))
 
 # %% [markdown]
 # ## Draft cost versus K, the pass alone
@@ -365,7 +365,7 @@ pd.DataFrame(diverged) if diverged else None  # the count above already says 'no
 
 # %%
 draft_share = phase["draft"] / phase.sum(axis=1)
-print(f"draft phase share of the time per token: {draft_share.round(3).to_dict()}")
+print("draft phase share of the time per token: " + ", ".join(f"{r} {100 * v:.1f}%" for r, v in draft_share.items()))
 k_cmp = max(ks)
 d_par = timing[timing.runner == f"parallel K={k_cmp}"].set_index(["id", "repeat"])
 d_lin = timing[timing.runner == f"linear K={k_cmp}"].set_index(["id", "repeat"])
@@ -412,17 +412,15 @@ if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its o
     ref = pd.read_csv(ref_dir / "speed.csv")
     ref_best = ref.loc[ref.groupby("method")["median"].idxmax()].set_index("method")
     if {"linear", "parallel"} <= set(ref_best.index):
-        ref_par_wins = ref_best.loc["parallel", "median"] > ref_best.loc["linear", "median"]
-        run_par_wins = best.loc["parallel", "median"] > best.loc["linear", "median"]
-        bp_, bl_ = best.loc["parallel"], best.loc["linear"]
-        run_ties = bp_.q25 <= bl_.q75 and bl_.q25 <= bp_.q75  # their IQRs overlap: no order to compare
-        ref_note = (f" The full reference run's best parallel runner ({ref_best.loc['parallel', 'runner']}, "
-                    f"{ref_best.loc['parallel', 'median']:.2f}× autoregressive) "
-                    f"{'beat' if ref_par_wins else 'trailed'} its best linear one "
-                    f"({ref_best.loc['linear', 'runner']}, {ref_best.loc['linear', 'median']:.2f}×): this run "
-                    + (f"has them within each other's IQR ({bp_['median']:.3f}× and {bl_['median']:.3f}×): no order "
-                       "to compare." if run_ties else
-                       f"{'agrees' if ref_par_wins == run_par_wins else 'disagrees'} on the order of the medians."))
+        def order(p_, l_):  # overlapping IQRs give no order
+            return "tie" if p_.q25 <= l_.q75 and l_.q25 <= p_.q75 else "parallel" if p_["median"] > l_["median"] else "linear"
+        rp_, rl_ = ref_best.loc["parallel"], ref_best.loc["linear"]
+        ref_o, run_o = order(rp_, rl_), order(best.loc["parallel"], best.loc["linear"])
+        word = {"tie": "tied with (IQRs overlap)", "parallel": "beat", "linear": "trailed"}
+        ref_note = (f" The full reference run's best parallel runner ({rp_.runner}, {rp_['median']:.3f}×, IQR "
+                    f"{rp_.q25:.2f}–{rp_.q75:.2f}) {word[ref_o]} its best linear one ({rl_.runner}, {rl_['median']:.3f}×, "
+                    f"IQR {rl_.q25:.2f}–{rl_.q75:.2f}); in this run the parallel one {word[run_o]} the linear one: "
+                    + ("the same verdict." if ref_o == run_o else "a different verdict."))
 lo, hi = ratios["median"].min(), ratios["median"].max()
 flat = dec_ratio <= cost_target
 lines = [

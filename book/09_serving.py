@@ -89,7 +89,7 @@ K = {"linear, n-gram": k_ngram, "linear, model draft": k_model}
 runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats,
                        progress=book.progress)
 ch.save(runs.drop(columns="outputs"), "batch_runs")
-runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B").round(1)
+report.shown(runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B"), 1)
 
 # %% [markdown]
 # ## Every row is the autoregressive answer
@@ -101,8 +101,9 @@ runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B").round(1)
 # %%
 used = range(min(len(encoded), max(batch_sizes)))  # the distinct prompts the batches took
 reference = {j: sd.generate(pair.target, encoded[j], max_new_tokens=max_new_tokens).tokens for j in used}
-checked, ties = 0, []
+checked, ties, by_method = 0, [], {}
 for r in runs.itertuples():
+    by_method[r.method] = by_method.get(r.method, 0) + len(r.outputs)
     for i, toks in enumerate(r.outputs):
         j = i % len(encoded)
         pos, gap = ex.first_divergence(pair.target, encoded[j], toks, reference[j])
@@ -176,7 +177,7 @@ for name, k in K.items():
     for B in batch_sizes:
         r = paired(name, "autoregressive", B, B)
         rows.append(dict(method=name, B=B, K=k, tau=tau, measured=r.median(), q25=r.quantile(0.25),
-                         q75=r.quantile(0.75),
+                         q75=r.quantile(0.75), n=r.size,
                          predicted=sv.predict_speedup(cost, B, k, tau, drafted="model" in name)))
 speed = pd.DataFrame(rows)
 ch.save(speed, "speedup_vs_batch")
@@ -216,9 +217,10 @@ for name, g in speed.groupby("method", sort=False):
     else:
         agree = "within a factor of 2" if max(m, p) / min(m, p) <= 2 else "more than a factor of 2 apart"
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]} "
-                 f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0])}, at B = {g.B.iloc[-1]} "
-                 f"{report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1])}; "
-                 f"crossover measured {say(m)}, predicted {say(p)} ({agree}).")
+                 f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0], n=int(g.n.iloc[0]))}, at B = "
+                 f"{g.B.iloc[-1]} {report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1], n=int(g.n.iloc[-1]))}; "
+                 f"crossover measured {say(m)}, predicted {say(p)} ({agree})"
+                 + ("; one pair per B, so the measured crossover is one noisy reading." if g.n.min() < 2 else "."))
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
@@ -283,7 +285,7 @@ display(Markdown("\n".join(
 # is in `data/reference/book/09_serving/`):
 
 # %%
-summary = [f"- All {checked} rows (batched and the one-at-a-time baselines) decoded the autoregressive text"
+summary = [f"- All {checked} rows ({', '.join(f'{m}: {n}' for m, n in by_method.items())}) decoded the autoregressive text"
            + (f" (near-ties excused: {len(ties)})." if ties else ".")]
 summary += [f"- {name}: {report.ratio_phrase(paired(*c))} (decode loop alone "
             f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))})." for name, c in checks.items()]

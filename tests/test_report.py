@@ -28,3 +28,12 @@ def test_rivals_are_the_rows_whose_iqr_reaches_the_choice():
     t = pd.DataFrame({"median": [1.3, 1.2, 0.9], "q25": [1.25, 1.1, 0.8], "q75": [1.4, 1.26, 1.0]}, index=[1, 2, 4])
     assert report.rivals(t, 1) == [2]
     assert report.rivals(t.assign(q75=[1.4, 1.2, 1.0]), 1) == []
+
+
+def test_shown_rounds_numbers_and_blanks_what_was_not_measured():
+    import pandas as pd
+
+    t = pd.DataFrame({"x": [0.123456, float("nan")], "tok": ["a", "b"], "mixed": [0.98765, "n/a"]})
+    s = report.shown(t, 2)
+    assert s.x.tolist() == [0.12, "—"] and s.tok.tolist() == ["a", "b"] and s.mixed.tolist() == [0.99, "n/a"]
+    assert t.x.isna().iloc[1]  # the table itself keeps NaN

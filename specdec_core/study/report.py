@@ -41,3 +41,15 @@ def rivals(table, chosen) -> list:
     reaches the chosen row's lower quartile: a choice by median that these rows leave unresolved."""
     others = table.drop(index=chosen)
     return list(others.index[others.q75 >= table.loc[chosen, "q25"]])
+
+
+def shown(table, digits: int = 3, blank: str = "—"):
+    """``table`` rounded for display, with ``blank`` where a value was not measured (NaN), e.g. a method that
+    was not decoded at that size; the saved CSVs keep NaN."""
+    import pandas as pd
+
+    out = table.astype(object).copy()
+    for c in table.columns:  # column by column: a table mixing text and numbers still rounds its numbers
+        num = pd.to_numeric(table[c], errors="coerce")
+        out[c] = num.round(digits).astype(object).where(num.notna(), table[c])
+    return out.where(table.notna(), blank)
