@@ -300,7 +300,7 @@ def bumps(T, t):
     return [T[i] for i in range(len(T) - 1) if t[i] > min(t[i + 1:])]
 
 
-print("T at which one more token per pass timed faster (a kernel switch): model "
+print("T whose pass timed slower than a pass over more tokens (a kernel switch): model "
       + ", ".join(f"{bumps(d['T'], d['median']) or 'none'} at S = {S}" for S, d in passes.groupby("S"))
       + f"; bare matmuls {bumps(mm_curve['T'], mm_curve['median']) or 'none'}")
 
@@ -549,8 +549,8 @@ ch.savefig(fig, "gap_t1")
 
 # %% [markdown]
 # Which matrices are slow? Each of the model's shapes, timed as a chain over all layers, against the
-# copy bandwidth. A shape whose matrices, all layers together, fit in the last-level cache is not
-# streamed from memory at all and can beat the copy bandwidth; the large shapes show the streaming rate.
+# copy bandwidth. A shape whose matrices, all layers together, fit in the last-level cache need not be
+# streamed from memory and could beat the copy bandwidth; the table's last column says whether any did.
 
 # %%
 by_shape = {}
@@ -689,13 +689,14 @@ scale_summary.round(3)
 # %% [markdown]
 # ## 9. Where the claim fails
 #
-# The plateau ends at the knee, and three things move the knee *left* (make extra tokens cost sooner):
+# The plateau ends at the knee, and three things make extra tokens cost sooner:
 #
 # - **a fast memory system relative to compute** — the ridge point is P/BW; a pass over T tokens has
 #   intensity ≈ 2T/b FLOP per byte (b bytes per weight), so the knee is near `(b/2) · P/BW` tokens —
 #   and a lower-precision model (smaller b) reaches its knee sooner;
 # - **long contexts**: the KV cache is read once per pass too, and at large S it rivals the weights;
-#   the per-pass attention FLOPs grow with T·S;
+#   the per-pass attention FLOPs grow with T·S (in the roofline the larger bytes of a long context also raise
+#   the plateau, so its knee in tokens need not move left: section 3 prints it per context);
 # - **implementation copies**: here, the K/V heads are copied out to all query heads for T > 1
 #   (section 3) — bytes that grow with S and that a one-token pass does not pay.
 #

@@ -315,7 +315,7 @@ if curve_path.exists():
                      f"(c = {cj['costs'][str(L)]['c']:.3f}).")
     choice = cj["ship_rule_choice"]
     lines.append(f"- **The rule fixed before measuring the mix** ({cj['ship_rule']}) picks {choice['layers']} layer(s) "
-                 f"on {choice['tokens'] / 1e3:.0f}k tokens; the shipped draft (2 layers, {sh['tokens'] / 1e3:.0f}k tokens) "
+                 f"on {choice['tokens'] / 1e3:.0f}k tokens; the shipped draft ({sh['layers']} layer(s), {sh['tokens'] / 1e3:.0f}k tokens) "
                  f"has eval α {sh['eval']['all']['greedy_alpha']:.3f}.")
     lines.append("- **The project's target for its draft** (eval-mix greedy α ≥ 0.45): "
                  + ("reached at " + ", ".join(f"{r.layers} layer(s) {r.tokens / 1e3:.0f}k" for r in g_[g_.alpha >= 0.45].itertuples())

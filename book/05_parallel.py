@@ -100,8 +100,8 @@ print(f"block draft: max_block {blk.max_block}, {sum(p.numel() for p in blk.mode
 # %% [markdown]
 # ## One block, by hand
 # One draft pass over the prompt's last token and K − 1 masks; the target then scores the block in one
-# pass. Beside each block position: the draft's token and its probability q(x), the target's p(x), and
-# Σ min(p, q), the chance that a fresh draw from q is accepted. The autoregressive draft's tokens are shown
+# pass. Beside each block position: the draft's token and Σ min(p, q), the chance that a fresh draw from q is
+# accepted (`by_hand` also holds q(x) and p(x) of the drawn token). The autoregressive draft's tokens are shown
 # for comparison (it needed K passes).
 
 # %%
@@ -309,9 +309,16 @@ dec_ratio = float(dec.query("method == 'parallel' and K == @k_top")["vs K=1"].il
 print(f"in decoding: block draft proposal at K={max(ks)} / K=1 = {dec_ratio:.2f} "
       f"(the pass alone, one unseen token: {blk_ratio:.2f})")
 ar_dec_ratio = float(dec.query("method == 'linear' and K == @k_top")["vs K=1"].iloc[0]) if 1 in ks else float("nan")
-verdict = "meets" if dec_ratio <= cost_target else "misses"
+if 1 in ks:  # the ratio's spread from the two IQRs: its lowest and highest plausible values
+    blk_ = dec[dec.method == "parallel"].set_index("K")
+    dec_span = (blk_.q25[k_top] / blk_.q75[1], blk_.q75[k_top] / blk_.q25[1])
+else:
+    dec_span = (float("nan"), float("nan"))
+verdict = ("meets" if dec_span[1] <= cost_target else "misses" if dec_span[0] > cost_target else
+           "is within the timing spread of")
 print(f"the block draft {verdict} the target cost(K={k_top}) <= {cost_target} × cost(K=1) in decoding "
-      f"({dec_ratio:.2f}); the model draft: {ar_dec_ratio:.2f}")
+      f"({dec_ratio:.3f}, between {dec_span[0]:.2f} and {dec_span[1]:.2f} from the IQRs); the model draft: "
+      f"{ar_dec_ratio:.2f}")
 dec.round(3)
 
 # %%
@@ -422,12 +429,10 @@ if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its o
                     f"IQR {rl_.q25:.2f}–{rl_.q75:.2f}); in this run the parallel one {word[run_o]} the linear one: "
                     + ("the same verdict." if ref_o == run_o else "a different verdict."))
 lo, hi = ratios["median"].min(), ratios["median"].max()
-flat = dec_ratio <= cost_target
 lines = [
     f"- **Cost.** A block proposal at K = {k_max} costs {blk_ratio:.2f}× a K = 1 proposal (the pass alone) and "
-    f"{dec_ratio:.2f}× in decoding, against {ar_ratio:.2f}× and {ar_dec_ratio:.2f}× for the autoregressive draft; "
-    + (f"within the design target of {cost_target}×: about one pass." if flat else
-       f"this misses the design target of {cost_target}×: not one pass's worth."),
+    f"{dec_ratio:.3f}× in decoding (IQR-based range {dec_span[0]:.2f}–{dec_span[1]:.2f}), against {ar_ratio:.2f}× and "
+    f"{ar_dec_ratio:.2f}× for the autoregressive draft: in decoding it {verdict} the design target of {cost_target}×.",
     f"- **Draft share of the time per token** at each method's best K: "
     + ", ".join(f"{r} {100 * s:.1f}%" for r, s in draft_share.items()) + ".",
     f"- **Acceptance by block position** (greedy): cumulative acceptance "

@@ -37,3 +37,8 @@ def test_shown_rounds_numbers_and_blanks_what_was_not_measured():
     s = report.shown(t, 2)
     assert s.x.tolist() == [0.12, "—"] and s.tok.tolist() == ["a", "b"] and s.mixed.tolist() == [0.99, "n/a"]
     assert t.x.isna().iloc[1]  # the table itself keeps NaN
+
+
+def test_a_quartile_next_to_one_keeps_the_digit_that_decides_the_verdict():
+    assert report.ratio_phrase_median(1.04, 0.9987, 1.15, n=12) == "1.04× (IQR 0.999–1.15, 12 pairs): ties"
+    assert report.ratio_phrase_median(1.04, 1.0, 1.15, n=12) == "1.04× (IQR 1.00–1.15, 12 pairs): ties"

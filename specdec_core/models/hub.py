@@ -10,8 +10,10 @@ its checksum and is rebuilt (or refused, with ``rebuild=False``), never loaded.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import shutil
@@ -100,8 +102,19 @@ def _convert_embedded(name: str, dest: Path) -> None:
     src = Path(list(found.submodule_search_locations)[0])
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=spec["gguf"])
-    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=spec["gguf"], dtype=torch.float32)
+    # once per machine (the result is cached): transformers' GGUF progress bar (tqdm on stderr) and its tokenizer
+    # "legacy behaviour" notice would land in whichever notebook converts first, so one line says it instead
+    from transformers.utils import logging as hf_logging
+
+    print(f"converting the embedded {name} from GGUF (once; cached in {dest.parent})", flush=True)
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            tok = AutoTokenizer.from_pretrained(str(src), gguf_file=spec["gguf"])
+            model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=spec["gguf"], dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(level)
     # The GGUF metadata names <|im_start|> as EOS; the chat model ends its turns with <|im_end|>.
     eos = spec["eos_token_id"]
     model.config.eos_token_id = model.generation_config.eos_token_id = eos

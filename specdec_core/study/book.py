@@ -121,7 +121,7 @@ class Chapter:
         if self.pair is not None:
             n = sum(p.numel() for p in self.pair.target.parameters())
             parts.insert(0, f"{self.pair.name or 'target'}: {n / 1e6:.1f} M parameters, loaded in {self.load_s:.1f} s")
-            parts.append(f"drafters {sorted(self.pair.drafters)}")
+            parts.append("drafters " + ", ".join(sorted(self.pair.drafters)))
         if self.prompts:
             tasks = sorted({p.task for p in self.prompts})
             parts.append(f"{len(self.prompts)} prompts over {len(tasks)} task(s)")

@@ -216,7 +216,8 @@ def gof_test(counts, probs, min_expected: float = 5.0, lambda_: str = "pearson",
     The simulation is shared by all calls with the same law and N (cached), which shifts a rejection rate
     by at most ~sqrt(α/mc) (0.0003 at α = 0.01); independent samples should get different seeds.
     ``pvalue_asymptotic`` is scipy's χ²(df) approximation, slightly liberal when many bins have small
-    expected counts. Smallest attainable p-value: 1 / (mc + 1).
+    expected counts. A statistic beyond all ``mc`` simulations gets ``u / (mc + 1)``, ``u`` the tie-break's uniform
+    (one value per ``seed``): a p-value below ``1 / (mc + 1)`` says only that.
     """
     counts, probs = np.asarray(counts, dtype=np.int64), np.asarray(probs, dtype=np.float64)
     N = int(counts.sum())

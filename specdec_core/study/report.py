@@ -24,7 +24,9 @@ def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = N
     """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
     pairs = f", {n} pair{'s' if n != 1 else ''}" if n is not None else ""
     said = "one pair, no verdict" if n == 1 else verdict(median, q25, q75, **words)  # one pair has no spread
-    return f"{median:.2f}× (IQR {q25:.2f}–{q75:.2f}{pairs}): {said}"
+    def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly
+        return f"{x:.3f}" if x != 1 and f"{x:.2f}" == "1.00" else f"{x:.2f}"
+    return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{pairs}): {said}"
 
 
 def ratio_phrase(ratios, **words) -> str:
