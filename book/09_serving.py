@@ -218,8 +218,8 @@ for name, g in speed.groupby("method", sort=False):
         agree = "within a factor of 2" if max(m, p) / min(m, p) <= 2 else "more than a factor of 2 apart"
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]} "
                  f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0], n=int(g.n.iloc[0]))}, at B = "
-                 f"{g.B.iloc[-1]} {report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1], n=int(g.n.iloc[-1]))}; "
-                 f"crossover measured {say(m)}, predicted {say(p)} ({agree})"
+                 f"{g.B.iloc[-1]} {report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1], n=int(g.n.iloc[-1]))} "
+                 f"(predicted {g.predicted.iloc[-1]:.2f}×); crossover measured {say(m)}, predicted {say(p)} ({agree})"
                  + ("; one pair per B, so the measured crossover is one noisy reading." if g.n.min() < 2 else "."))
 display(Markdown("\n".join(lines)))
 
