@@ -419,8 +419,8 @@ if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its o
     ref = pd.read_csv(ref_dir / "speed.csv")
     ref_best = ref.loc[ref.groupby("method")["median"].idxmax()].set_index("method")
     if {"linear", "parallel"} <= set(ref_best.index):
-        def order(p_, l_):  # overlapping IQRs give no order
-            return "tie" if p_.q25 <= l_.q75 and l_.q25 <= p_.q75 else "parallel" if p_["median"] > l_["median"] else "linear"
+        def order(p_, l_):
+            return "tie" if report.overlap(p_, l_) else "parallel" if p_["median"] > l_["median"] else "linear"
         rp_, rl_ = ref_best.loc["parallel"], ref_best.loc["linear"]
         ref_o, run_o = order(rp_, rl_), order(best.loc["parallel"], best.loc["linear"])
         word = {"tie": "tied with (IQRs overlap)", "parallel": "beat", "linear": "trailed"}

@@ -288,7 +288,7 @@ else:
         h = head0.loc[r.method] if r.method in head0.index and methods[r.method]["k"] == r.K else None
         if h is None or "confidence" in methods[r.method]:
             continue
-        agree = r.q25 <= h.q75 and h.q25 <= r.q75
+        agree = report.overlap(r, h)
         differ += not agree
         lines.append(f"- {r.method} at K = {r.K}: sweep {report.ratio_phrase_median(r.median, r.q25, r.q75, n=int(r.n))}; "
                      f"headline {report.ratio_phrase_median(h['median'], h.q25, h.q75, n=int(h.n))}; they "

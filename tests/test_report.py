@@ -42,3 +42,10 @@ def test_shown_rounds_numbers_and_blanks_what_was_not_measured():
 def test_a_quartile_next_to_one_keeps_the_digit_that_decides_the_verdict():
     assert report.ratio_phrase_median(1.04, 0.9987, 1.15, n=12) == "1.04× (IQR 0.999–1.15, 12 pairs): ties"
     assert report.ratio_phrase_median(1.04, 1.0, 1.15, n=12) == "1.04× (IQR 1.00–1.15, 12 pairs): ties"
+
+
+def test_overlap_of_interquartile_ranges():
+    import pandas as pd
+
+    a, b, c = (pd.Series(dict(q25=lo, q75=hi)) for lo, hi in ((0.9, 1.1), (1.05, 1.3), (1.2, 1.4)))
+    assert report.overlap(a, b) and report.overlap(b, c) and not report.overlap(a, c)

@@ -29,6 +29,11 @@ def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = N
     return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{pairs}): {said}"
 
 
+def overlap(a, b) -> bool:
+    """Whether two rows' interquartile ranges (``q25``, ``q75``) overlap: then their medians give no order."""
+    return a.q25 <= b.q75 and b.q25 <= a.q75
+
+
 def ratio_phrase(ratios, **words) -> str:
     """:func:`ratio_phrase_median` of a sample of paired ratios."""
     r = np.asarray(list(ratios), dtype=float)
@@ -50,8 +55,7 @@ def shown(table, digits: int = 3, blank: str = "—"):
     was not decoded at that size; the saved CSVs keep NaN."""
     import pandas as pd
 
-    out = table.astype(object).copy()
-    for c in table.columns:  # column by column: a table mixing text and numbers still rounds its numbers
-        num = pd.to_numeric(table[c], errors="coerce")
-        out[c] = num.round(digits).astype(object).where(num.notna(), table[c])
-    return out.where(table.notna(), blank)
+    def col(c):  # column by column: a table mixing text and numbers still rounds its numbers
+        num = pd.to_numeric(c, errors="coerce")
+        return num.round(digits).astype(object).where(num.notna(), c)
+    return table.apply(col).where(table.notna(), blank)
