@@ -5,9 +5,10 @@
     python scripts/draft_curve.py --layers 1 2 4 --shares 0.25 0.5 1
     python scripts/draft_curve.py --smoke                      # every stage at a tiny size (a minute)
 
-Teacher data: the target's answers to the shipped draft's training prompts and to ``--more`` prompts of
-``data/prompts/train_more.jsonl`` (cached under ``data/train_cache/``; the first run generates them, about 25
-min). Each point is the shipped recipe (:class:`specdec_core.train.drafts.Recipe`) with its trunk cut to the first
+Teacher data (``--teacher``): ``wide``, the 1 M-token set of ``scripts/make_teacher_data.py`` (run it first: about
+2 h; this script loads it from ``data/train_cache/``), or ``pilot``, the first curve's: the target's answers to the
+shipped draft's training prompts and to ``--more`` prompts of ``data/prompts/train_more.jsonl`` (generated here when
+missing, about 25 min). Each point is the shipped recipe (:class:`specdec_core.train.drafts.Recipe`) with its trunk cut to the first
 ``L`` target layers, trained on a nested share of the union (:mod:`specdec_core.train.curve`); each training is
 cached and resumes after an interruption. Then, alone: the draft pass's cost c per depth and the target's verify
 ratios (:func:`specdec_core.study.bench.pass_costs`), so that each point's α predicts a speedup at its best K
@@ -32,7 +33,7 @@ from specdec_core.models.hub import load_pair
 from specdec_core.study import bench, theory
 from specdec_core.study.prompts import encode, load_prompts
 from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
-from specdec_core.train import curve, drafts
+from specdec_core.train import curve, drafts, wide
 from specdec_core.train.drafts import CACHE
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
@@ -51,7 +52,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shares", type=float, nargs="+", default=[0.25, 1.0, 0.5], help="nested data shares")
     ap.add_argument("--layers", type=int, nargs="+", default=[2, 1], help="trunk depths (first L target layers)")
-    ap.add_argument("--more", type=int, default=900, help="prompts of train_more.jsonl the target answers")
+    ap.add_argument("--teacher", choices=["wide", "pilot"], default="wide",
+                    help="wide: the 1 M-token set of scripts/make_teacher_data.py (both stages); pilot: the shipped "
+                         "draft's teacher data plus --more answers to train_more.jsonl (the first curve)")
+    ap.add_argument("--more", type=int, default=900, help="pilot: prompts of train_more.jsonl the target answers")
     ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
     ap.add_argument("--eval-tokens", type=int, default=64)
     ap.add_argument("--cost-repeats", type=int, default=15)
@@ -73,13 +77,23 @@ def main() -> int:
     out = args.out or Path("build/draft_curve_smoke.json" if args.smoke else "data/reference/draft_curve.json")
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
-    sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
-    (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
-    n_sample = info2["plan"]["modes"][1][2]
-    union = train1 + train2
+    if args.teacher == "wide" and not args.smoke:
+        missing = [f for f in (wide.WRITING_PATH, *wide.ANSWER_FILES) if not f.exists()]
+        if missing:
+            raise SystemExit(f"{missing[0]} is missing: python scripts/make_teacher_data.py writes the wide set")
+        union, heldout, infos = wide.teacher_set(pair)
+        info1, info2 = infos["writing"], infos["answers"]
+        files = [wide.WRITING_PATH, *wide.ANSWER_FILES]
+        teacher = dict(set="wide", writing_tokens=info1["train_tokens"], answer_tokens=info2["train_tokens"],
+                       plans=dict(writing=info1["plan"], answers=info2["plan"]))
+    else:
+        sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
+        (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
+        union, heldout, files = train1 + train2, val1 + val2, [TRAIN_PROMPTS, MORE_PATH]
+        teacher = dict(set="pilot", first_set_tokens=info1["train_tokens"], more_tokens=info2["train_tokens"],
+                       more_prompts=args.more, more_sample_prompts=info2["plan"]["modes"][1][2])
     tag = f"{zlib.crc32((info1['teacher_folder'] + info2['teacher_folder']).encode()):08x}"
-    task_of = {p.id: p.task for p in load_prompts(TRAIN_PROMPTS) + load_prompts(MORE_PATH)}
-    heldout = val1 + val2
+    task_of = {p.id: p.task for f in files for p in load_prompts(f)}
     for r in heldout:
         r["task"] = task_of[r["key"]]
     target_sha = info1["plan"]["target_sha256"][:12]
@@ -102,7 +116,8 @@ def main() -> int:
                            cached=log["cached"], heldout=curve.alpha_by_task(draft, heldout),
                            eval=curve.alpha_by_task(draft, ev)))
     old = shipped.load_model_draft(pair.target)
-    shipped_point = dict(layers=len(old.trunk.layers), tokens=info1["train_tokens"],
+    shipped_point = dict(layers=len(old.trunk.layers), tokens=json.loads(
+        (shipped.MODEL_DRAFT / "config.json").read_text())["training"]["train_tokens"],
                          heldout=curve.alpha_by_task(old, heldout), eval=curve.alpha_by_task(old, ev))
     # the pass costs, alone: c per depth (weights do not change a pass's time) and the verify ratios
     ids = bench.median_length([(None, encode(pair, p)) for p in load_prompts(EVAL_PATH)])
@@ -121,8 +136,7 @@ def main() -> int:
             p[f"{where}_best_k"], p[f"{where}_predicted_speedup"] = k, round(s, 4)
     rule = max(points, key=lambda p: p["heldout_predicted_speedup"])
     report = dict(script="scripts/draft_curve.py", threads=torch.get_num_threads(), recipe=asdict(recipe),
-                  teacher=dict(first_set_tokens=info1["train_tokens"], more_tokens=info2["train_tokens"],
-                               more_prompts=args.more, more_sample_prompts=n_sample),
+                  teacher=teacher,
                   eval_tokens=args.eval_tokens, costs=costs, points=points, shipped=shipped_point,
                   ship_rule="highest predicted speedup at its best K from greedy α on held-out training prompts",
                   ship_rule_choice=dict(layers=rule["layers"], share=rule["share"], tokens=rule["tokens"]),

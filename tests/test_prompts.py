@@ -196,7 +196,11 @@ def test_no_eval_prompt_in_train_set(mix):
             assert overlap < 0.5, f"{p.id} shares {overlap:.0%} of its 8-word shingles with train prompt #{i}"
 
 
-TRAIN_FILES = [ROOT / "data" / "prompts" / n for n in ("train.jsonl", "train_more.jsonl")]
+TRAIN_FILES = [ROOT / "data" / "prompts" / n
+               for n in ("train.jsonl", "train_more.jsonl", "train_writing.jsonl", "train_wide.jsonl")]
+HOW = {"train.jsonl": "python scripts/make_train_prompts.py", "train_more.jsonl": "python scripts/make_train_prompts.py --more",
+       "train_writing.jsonl": "python scripts/make_teacher_data.py --stage writing",
+       "train_wide.jsonl": "python scripts/make_teacher_data.py --stage writing"}
 
 
 def _shared_eval_runs(path: Path, n: int = 8) -> list[tuple[str, tuple]]:
@@ -218,7 +222,7 @@ def test_no_eight_word_run_of_an_eval_prompt_in_training_prompts(path, tmp_path)
     """Strict disjointness: no 8-word run (lower case, words = letters and digits) of any eval turn occurs in any
     turn of the training prompts. The same scan is shown to catch one planted run (its mutant)."""
     if not path.exists():
-        pytest.skip(f"{path.name} not built (python scripts/make_train_prompts.py{' --more' if 'more' in path.name else ''})")
+        pytest.skip(f"{path.name} not built ({HOW[path.name]})")
     assert _shared_eval_runs(path) == []
     mix_text = load_prompts()[5].text
     planted = tmp_path / "planted.jsonl"

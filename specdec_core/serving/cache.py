@@ -92,6 +92,16 @@ class BatchKVCache(Cache):
             raise ValueError(f"cannot roll back rows by {n.tolist()} (lengths {self.lengths.tolist()})")
         self.lengths -= n
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (cache row indices, in the order given): one gather per layer, a copy of what they
+        hold. Later passes take ``len(rows)`` rows; row i of the new cache is row ``rows[i]`` of the old."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.lengths.device)
+        if rows.ndim != 1 or rows.numel() == 0 or bool((rows < 0).any() | (rows >= self.batch).any()):
+            raise ValueError(f"keep takes a non-empty list of row indices in [0, {self.batch}), got {rows.tolist()}")
+        for layer in self.layers:
+            layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+        self.lengths, self.starts, self.batch = self.lengths[rows], self.starts[rows], rows.numel()
+
     def reset(self, starts: torch.Tensor | None = None) -> None:
         """Empty every row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding."""
         self.lengths = torch.zeros_like(self.lengths)

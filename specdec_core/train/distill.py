@@ -3,7 +3,7 @@
 The pipeline, each step a function:
 
 1. :func:`generate_teacher_data` — the target answers training prompts itself (greedy and/or sampled
-   at temperature 1) with batched ``transformers`` generation, and records its next-token law at every
+   at temperature 1) in batches decoded in one preallocated cache, and records its next-token law at every
    response position, compactly: the top-``k`` token ids (int32) and log-probabilities (float16) of
    the *full-vocabulary* softmax. Results go to resumable shards in a cache folder.
 2. :func:`choose_draft_vocab` — the N most frequent tokens of the target's responses (+ EOS).
@@ -37,82 +37,52 @@ import torch.nn.functional as F
 
 
 # -- 1. teacher data ---------------------------------------------------------------------------------
-class _Recorder:
-    """A logits processor that keeps the top-k of ``log_softmax(scores)`` and changes nothing.
-
-    ``generate`` puts custom processors before its sampling warpers, so ``scores`` are the raw logits.
-    """
-
-    def __init__(self, k: int):
-        self.k, self.idx, self.logp = k, [], []
-
-    def __call__(self, input_ids, scores):
-        top = torch.log_softmax(scores.float(), -1).topk(self.k, dim=-1)
-        self.idx.append(top.indices.to(torch.int32))
-        self.logp.append(top.values.to(torch.float16))
-        return scores
-
-
-class _FeatureRecorder:
-    """A forward hook on the target's final norm: keeps its output ``[B, T, H]`` of every pass (float16)."""
-
-    def __init__(self):
-        self.outs = []
-
-    def __call__(self, module, args, output):
-        self.outs.append(output.detach().to(torch.float16))
-
-
-def final_norm(target):
-    """The module whose output is the target's final normalised hidden state (the LM head's input)."""
-    norm = getattr(getattr(target, "model", None), "norm", None)
-    if norm is None:
-        raise ValueError("cannot find the target's final norm (expected target.model.norm, as in Llama)")
-    return norm
+def commit_all(fed: list[list[int]]) -> list[int]:
+    """Each row's cache keeps every token it was fed (what decoding needs)."""
+    return [len(f) for f in fed]
 
 
 @torch.inference_mode()
 def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float,
-                  top_k_record: int, seed: int, eos_id: int, pad_id: int, features: bool = False) -> list[dict]:
-    """Generate one left-padded batch and return one record per prompt (responses cut after EOS).
+                  top_k_record: int, seed: int, eos_id: int, pad_id: int, commit=commit_all,
+                  compact_below: float = 0.75) -> list[dict]:
+    """Answer a batch of prompts and return one record per prompt (responses cut after EOS).
 
-    ``features``: also keep ``feat`` float16 ``[S + n - 1, H]``, the target's final normalised hidden state at
-    every position of ``prompt + response[:-1]`` (row t is what the LM head turned into the law of token t + 1).
+    Batched decoding in one preallocated cache (:class:`~specdec_core.serving.cache.BatchLM`, each row at its own
+    length); once the rows still answering fall below ``compact_below`` of the rows in the cache, the finished
+    ones are dropped from it (:meth:`~specdec_core.serving.cache.BatchKVCache.keep`), so long answers do not carry
+    short ones. Greedy rows take the argmax; sampled rows draw from ``softmax(logits / temperature)`` with one
+    generator seeded by ``seed``. The recorded law is the top-``top_k_record`` of the full-vocabulary softmax of
+    the raw logits (temperature 1), whatever the decoding temperature. ``commit``: how many fed tokens each row's
+    cache keeps (the tests pass a wrong one). ``pad_id`` is unused (the cache masks what a row has not written);
+    it stays for the records' callers.
     """
-    from transformers import LogitsProcessorList
+    from ..sampling import sample
+    from ..serving.cache import BatchLM
 
-    B, L = len(prompts), max(len(p) for p in prompts)
-    ids = torch.full((B, L), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, L), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, L - len(p):], mask[i, L - len(p):] = p, 1
-    rec, feats = _Recorder(top_k_record), _FeatureRecorder()
-    hook = final_norm(target).register_forward_hook(feats) if features else None
-    torch.manual_seed(seed)
-    sample = temperature > 0
-    try:
-        out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=sample,
-                              temperature=temperature if sample else None, top_k=0 if sample else None,
-                              top_p=1.0 if sample else None, logits_processor=LogitsProcessorList([rec]),
-                              eos_token_id=eos_id, pad_token_id=pad_id)
-    finally:
-        if hook is not None:
-            hook.remove()
-    gen = out[:, L:]
-    top_idx, top_logp = torch.stack(rec.idx, 1), torch.stack(rec.logp, 1)  # [B, steps, k]
-    if features:  # pass 0 is the prefill [B, L, H]; pass j >= 1 fed response token j - 1 [B, 1, H]
-        steps = torch.cat(feats.outs[1:], 1) if len(feats.outs) > 1 else feats.outs[0][:, :0]
-    records = []
-    for i, p in enumerate(prompts):
-        row = gen[i]
-        hit = (row == eos_id).nonzero()
-        n = int(hit[0]) + 1 if hit.numel() else row.numel()
-        r = dict(prompt=p.to(torch.int32), response=row[:n].to(torch.int32),
-                 top_idx=top_idx[i, :n].clone(), top_logp=top_logp[i, :n].clone())
-        if features:
-            r["feat"] = torch.cat([feats.outs[0][i, L - len(p):], steps[i, :n - 1]]).clone()
-        records.append(r)
-    return records
+    lm = BatchLM(target, len(prompts), max(len(p) for p in prompts) + max_new_tokens + 1)
+    gen = torch.Generator(device=lm.device).manual_seed(seed)
+    logits = lm.prefill([p.tolist() for p in prompts])[:, -1]
+    rows = list(range(len(prompts)))  # cache row i holds prompt rows[i]
+    out, idx, logp = ([[] for _ in prompts] for _ in range(3))
+    for step in range(max_new_tokens):
+        live = [i for i, r in enumerate(rows) if not out[r] or out[r][-1] != eos_id]
+        if len(live) < compact_below * len(rows):  # drop finished rows: later passes cost only what answers
+            lm.cache.keep(torch.tensor(live))
+            rows, logits, live = [rows[i] for i in live], logits[live], list(range(len(live)))
+        law = torch.log_softmax(logits[live].float(), -1)
+        top = law.topk(top_k_record, dim=-1)
+        nxt = law.argmax(-1) if temperature <= 0 else sample(torch.softmax(law / temperature, -1), gen)
+        for j, i in enumerate(live):
+            out[rows[i]].append(int(nxt[j]))
+            idx[rows[i]].append(top.indices[j].to(torch.int32))
+            logp[rows[i]].append(top.values[j].to(torch.float16))
+        if step == max_new_tokens - 1 or all(out[r][-1] == eos_id for r in rows):
+            break
+        fed = [[out[r][-1]] if out[r][-1] != eos_id else [] for r in rows]
+        logits = lm.forward(fed, commit=commit(fed))[:, -1]
+    return [dict(prompt=p.to(torch.int32), response=torch.tensor(o, dtype=torch.int32),
+                 top_idx=torch.stack(i), top_logp=torch.stack(l)) for p, o, i, l in zip(prompts, out, idx, logp)]
 
 
 @dataclass(frozen=True)
@@ -126,7 +96,6 @@ class TeacherPlan:
     top_k_record: int = 20
     batch_size: int = 32
     seed: int = 0
-    features: bool = False  # also keep the target's final hidden states (float16, ~1.2 kB per position)
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -168,7 +137,7 @@ def generate_teacher_data(target, prompt_ids: list[torch.Tensor], keys: list[str
                desc="teacher data", unit="tok", disable=not progress, smoothing=0.1)
     for b in todo:
         recs = teacher_batch(target, [prompt_ids[i] for i in b["items"]], plan.max_new_tokens, b["temperature"],
-                             plan.top_k_record, b["seed"], eos_id, pad_id, features=plan.features)
+                             plan.top_k_record, b["seed"], eos_id, pad_id)
         for r, i in zip(recs, b["items"]):
             r["key"], r["mode"] = keys[i], b["mode"]
         tmp = folder / f"{b['name']}.pt.tmp"

@@ -13,6 +13,7 @@ feature-draft experiment (:mod:`specdec_core.train.feature`) train on the same t
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -66,18 +67,22 @@ def held_out_prompts(frac: float | None = None) -> list:
     return [p for p in load_prompts(TRAIN_PROMPTS) if is_val(p.id, frac)]
 
 
-def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path = TRAIN_PROMPTS,
-                    counts: tuple[int, int] | None = None) -> tuple[list[dict], list[dict], dict]:
-    """Generate (or load) the teacher data; returns (train records, val records, info). ``prompt_file`` and
-    ``counts`` (prompts answered greedily, at temperature 1): by default the recipe's."""
-    prompts = load_prompts(prompt_file)
+def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path | list[Path] = TRAIN_PROMPTS,
+                    counts: tuple[int, int] | None = None,
+                    max_new_tokens: int | None = None) -> tuple[list[dict], list[dict], dict]:
+    """Generate (or load) the teacher data; returns (train records, val records, info). ``prompt_file`` (one file
+    or several, read in order), ``counts`` (prompts answered greedily, at temperature 1) and ``max_new_tokens``:
+    by default the recipe's."""
+    files = [Path(prompt_file)] if isinstance(prompt_file, (str, Path)) else [Path(f) for f in prompt_file]
+    prompts = [p for f in files for p in load_prompts(f)]
     n_greedy, n_sample = counts or (recipe.greedy_prompts, recipe.sample_prompts)
     target_sha = json.loads((MODELS_DIR / "smollm2-135m" / MANIFEST).read_text())["model.safetensors"]
+    digest = (sha256_file(files[0]) if len(files) == 1 else
+              hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest())
     plan = distill.TeacherPlan(
-        prompts_sha256=sha256_file(prompt_file), target_sha256=target_sha,
-        modes=(("greedy", 0.0, n_greedy), ("sample", 1.0, n_sample)),
-        max_new_tokens=recipe.max_new_tokens, top_k_record=recipe.top_k_record, batch_size=recipe.gen_batch,
-        seed=recipe.seed)
+        prompts_sha256=digest, target_sha256=target_sha, modes=(("greedy", 0.0, n_greedy), ("sample", 1.0, n_sample)),
+        max_new_tokens=max_new_tokens or recipe.max_new_tokens, top_k_record=recipe.top_k_record,
+        batch_size=recipe.gen_batch, seed=recipe.seed)
     t = time.perf_counter()
     folder = distill.generate_teacher_data(pair.target, [encode(pair, p) for p in prompts], [p.id for p in prompts],
                                            plan, CACHE, eos_id=EOS, pad_id=PAD, progress=progress)
