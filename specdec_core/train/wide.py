@@ -31,7 +31,7 @@ WRITING_SEED, WIDE_SEED = 20261201, 20261202
 ANSWER_FILES = (TRAIN_PATH, MORE_PATH, WIDE_PATH)  # stage 2 answers every prompt of these
 # the set's plan (part of its cache key: changing one regenerates that stage): rows per batch (the fastest of
 # scripts/teacher_throughput.py here), the share answered at temperature 1, each stage's token budget
-BATCH, SAMPLE_FRAC, WRITING_TOKENS, ANSWER_TOKENS = 32, 0.25, 320, 128
+BATCH, SAMPLE_FRAC, WRITING_TOKENS, ANSWER_TOKENS = 64, 0.25, 320, 128
 
 GENRES = ["news article", "report", "short story", "set of meeting notes", "letter to a friend",
           "encyclopedia entry", "product review", "travel guide entry", "blog post", "school essay",
