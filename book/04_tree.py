@@ -102,7 +102,7 @@ print(ch, "| draft:", "the shipped draft model" if draft is None else draft)
 
 # %%
 shape = T.default_tree(depth)
-print(shape, "paths:", shape.paths)
+print(f"{shape}: each node is named by its path of sibling ranks from the root (0 = the draft's top choice)")
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw=dict(width_ratios=[1, 1.1]))
 book.draw_tree(axes[0], shape, title=f"default tree, depth {depth}: node label = rank among siblings")
 names = ["root"] + ["".join(map(str, p)) for p in shape.paths]
@@ -112,31 +112,32 @@ axes[1].set(title="attention mask: row attends to column (and to the whole prefi
             ylabel="query node (path)")
 fig.tight_layout()
 ch.savefig(fig, "tree_and_mask")
-ch.save(pd.DataFrame({"node": range(shape.n + 1), "path": ["()"] + [str(p) for p in shape.paths],
-                      "parent": shape.parents.tolist(), "depth (position offset)": shape.depths.tolist()}),
-        "default_tree")
+ch.save(pd.DataFrame({"node": range(shape.n + 1), "path": names, "parent": shape.parents.tolist(),
+                      "depth (position offset)": shape.depths.tolist()}), "default_tree").set_index("node")
 
 # %% [markdown]
 # ## One step, by hand
-# Draft the default tree after the first prompt, verify all its nodes in one target pass through the tree
-# mask, and walk down the tree with the greedy rule. The red path is what the step keeps (a step can keep no
-# node: then it emits the target's own token alone, as autoregressive decoding would).
+# Draft the default tree after a prompt (the first whose first step keeps a node), verify all its nodes in one
+# target pass through the tree mask, and walk down the tree with the greedy rule. The red path is what the step
+# keeps (a step can keep no node: then it emits the target's own token alone, as autoregressive decoding would).
 
 # %%
 greedy = SamplingParams()
-ids = encoded[0][1]
-cap = ids.numel() + T.tree_size(shape, depth) + 2
-lm = CachedLM(pair.target, cap)
-tok = int(lm.forward(ids, last_only=True)[-1].argmax())                      # prefill: first token
-drafter.reset(ids, cap)
-d = drafter.propose_tree(ids.tolist() + [tok], shape, depth, greedy, None)  # 1. draft
-L = lm.length
-logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + d.tree.depths,
-                    mask=d.tree.bias(L, lm.dtype, lm.device))                # 2. verify: [N+1, V]
-path, new = greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))         # 3. accept
-ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
-lm.cache.keep([L + i for i in path], start=L + 1)                           # 4. commit
-assert [l.keys.data_ptr() for l in lm.cache.layers] == ptrs and lm.length == L + 1 + len(path)
+for demo, ids in encoded:  # the first prompt whose first step keeps a drafted node (else the last prompt's step)
+    cap = ids.numel() + T.tree_size(shape, depth) + 2
+    lm = CachedLM(pair.target, cap)
+    tok = int(lm.forward(ids, last_only=True)[-1].argmax())                      # prefill: first token
+    drafter.reset(ids, cap)
+    d = drafter.propose_tree(ids.tolist() + [tok], shape, depth, greedy, None)  # 1. draft
+    L = lm.length
+    logits = lm.forward(torch.cat([torch.tensor([tok]), d.tokens]), positions=L + d.tree.depths,
+                        mask=d.tree.bias(L, lm.dtype, lm.device))                # 2. verify: [N+1, V]
+    path, new = greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))         # 3. accept
+    ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
+    lm.cache.keep([L + i for i in path], start=L + 1)                           # 4. commit
+    assert [l.keys.data_ptr() for l in lm.cache.layers] == ptrs and lm.length == L + 1 + len(path)
+    if path:
+        break
 show = (lambda t: repr(pair.tokenizer.decode([t]))) if pair.tokenizer else str
 fig, ax = plt.subplots(figsize=(10, 4.5))
 book.draw_tree(ax, d.tree, labels=[show(t) for t in d.tokens.tolist()], path=path,
@@ -144,8 +145,10 @@ book.draw_tree(ax, d.tree, labels=[show(t) for t in d.tokens.tolist()], path=pat
 fig.tight_layout()
 ch.savefig(fig, "one_step")
 chain_len = next((i for i, r in enumerate(d.tree.paths[c - 1][-1] for c in path) if r), len(path))
-print(f"accepted {len(path)} nodes along ranks {d.tree.paths[path[-1] - 1] if path else ()}, then the target's "
-      f"token: emits {' '.join(show(t) for t in new.tolist())}; a chain would have kept {chain_len}")
+ranks_kept = "-".join(map(str, d.tree.paths[path[-1] - 1])) if path else ""
+print(f"{demo.id}, first step: " + (f"kept {len(path)} drafted node(s) along sibling ranks {ranks_kept}, then the "
+      "target's own token" if path else "kept no drafted node, only the target's own token")
+      + f": emits {' '.join(show(t) for t in new.tolist())}; a chain of the rank-0 drafts would have kept {chain_len}")
 
 # %% [markdown]
 # ## Greedy exactness on every prompt
@@ -187,7 +190,8 @@ sns.barplot(data=profile, x="rank", y="P", color="C0", ax=ax)
 ax.set(ylabel="P(target token has this draft rank)", title=f"rank profile ({len(all_ranks)} tokens)")
 fig.tight_layout()
 ch.savefig(fig, "rank_profile")
-print(f"rank 0 (a chain's acceptance rate): {profile.P[0]:.3f}; ranks 1-3 together: {profile.P[1:4].sum():.3f}")
+print(f"share of the target's tokens at draft rank 0 (the draft's own top choice): {profile.P[0]:.3f}; "
+      f"at ranks 1-3 together: {profile.P[1:4].sum():.3f}")
 
 # %% [markdown]
 # ## Accepted length and pass cost versus tree size and shape
@@ -297,7 +301,8 @@ ax.set(xlabel="nodes per tree (N)", ylabel="predicted tokens/s", title="hardware
 fig.tight_layout()
 ch.savefig(fig, "predicted_throughput")
 print(f"best tree: {best_tree} {shapes[best_tree][1]}; best chain: {best_chain}")
-report.shown(static.sort_values("predicted_tokens_per_s", ascending=False).head(8), 2)
+report.shown(static.sort_values("predicted_tokens_per_s", ascending=False)[
+    ["family", "nodes", "widths", "predicted_accept", "step_ms", "predicted_tokens_per_s"]], 2)
 
 # %% [markdown]
 # Then we **measure**: linear at depth k and at the best chain's K, the default tree and the best tree decode
@@ -335,8 +340,9 @@ summary = timing.groupby("runner").agg(tokens_per_s=("tokens_per_s", "median"), 
                                        accepted=("accepted_per_step", "mean"), nodes=("drafted_per_step", "mean"))
 print(f"paired tokens/s ratios against {base} (median, IQR):")
 display(ratios.round(3))
-# each call's accepted and drafted per step, averaged over calls (the last step included); the conclusions below
-# pool the steps of the decode-per-shape run instead, without each text's last (length-capped) step
+print("accepted and drafted per step below: each timed call's mean, averaged over calls (its last, length-capped "
+      "step included); the acceptance table above and the conclusions pool the steps of the decode-per-shape run "
+      "without each text's last step, so the two differ where short texts end on a short step")
 summary.rename(columns={"accepted": "accepted/step (mean of calls)", "nodes": "nodes/step (mean of calls)"}).round(3)
 
 # %% [markdown]
@@ -348,9 +354,10 @@ summary.rename(columns={"accepted": "accepted/step (mean of calls)", "nodes": "n
 
 # %%
 bt, bd = pf.kv_bytes_per_slot(pair.target), pf.kv_bytes_per_slot(drafter.model)
-mem = ch.save(pd.DataFrame([dict(shape=s, nodes=int(shape_df.nodes[s]),
-                                 target_headroom_kb=(shape_df.nodes[s] + 1) * bt / 1e3,
-                                 draft_headroom_kb=shape_df.nodes[s] * bd / 1e3,
+reserved = {s: T.tree_size(shapes[s][1], depth) for s in decoded}  # a dynamic tree reserves its whole budget
+mem = ch.save(pd.DataFrame([dict(shape=s, nodes_reserved=reserved[s], nodes_drafted=shape_df.measured_nodes[s],
+                                 target_headroom_kb=(reserved[s] + 1) * bt / 1e3,
+                                 draft_headroom_kb=reserved[s] * bd / 1e3,
                                  copied_per_step_kb=shape_df.measured_accept.get(s, np.nan) * (bt + bd) / 1e3)
                             for s in decoded]), "tree_memory")
 seen = []  # (cache, address of its first key buffer) at every pass of the target and the draft
@@ -393,7 +400,7 @@ assert shape_df.measured_steps[f"optimal n={max(sizes)}"] < chain_k.measured_ste
 # the replay from the draft's ranks reproduces what decoding measures: the number of target passes and the
 # accepted lengths (float32 only: a near-tie in the draft's logits may flip a rank)
 chk = shape_df.dropna(subset=["predicted_accept", "measured_accept"])
-print(chk[["predicted_steps", "measured_steps", "predicted_accept", "measured_accept"]])
+display(chk[["predicted_steps", "measured_steps", "predicted_accept", "measured_accept"]].round(3))
 assert ((chk.predicted_steps - chk.measured_steps).abs() <= 0.02 * chk.measured_steps + 1).all()
 assert (chk.predicted_accept - chk.measured_accept).abs().max() < 0.1
 # a verify pass gets dearer with the tree: that is what bounds the best tree on this machine
@@ -404,10 +411,10 @@ assert tc.fitted.iloc[-1] > tc.fitted.iloc[0]
 # - A tree is data: index paths → parents, position offsets, ancestor mask, retrieve paths, converted
 #   once; one target pass verifies every node through a 4D mask and per-node positions.
 # - Greedy acceptance follows the target's text, so the draft's **rank profile** predicts the accepted
-#   length of any static tree exactly per position; Sequoia's positional model turns it into the best
-#   tree for each node budget.
-# - On a CPU a verify pass costs more as the tree grows (in steps, where the matmul library changes
-#   kernels), so the search trades acceptance against pass cost with measured numbers; whether and by how
+#   length of any static tree per position (exactly, but for float32 near-ties that can flip a rank);
+#   Sequoia's positional model turns it into the best tree for each node budget under that model.
+# - On a CPU a verify pass costs more as the tree grows (the fitted pass-cost curve above), so the search
+#   trades acceptance against pass cost with measured numbers; whether and by how
 #   much a tree wins depends on the draft and on that verify-cost curve (chapter 1, section 4b), and the
 #   interleaved run measures it (this run's verdict below).
 # - Sampling stays exact with recursive rejection sampling over siblings drawn without replacement.
@@ -423,7 +430,13 @@ lines = [
     f"- **Verify cost**: a pass over the largest tree costs {tc.fitted.iloc[-1] / tc.fitted.iloc[0]:.2f}× the "
     "smallest one's (fitted).",
     f"- **The searched tree ({best_tree}) against linear SD at the best chain's K ({base})**: "
-    + report.ratio_phrase_median(r_best["median"], r_best.q25, r_best.q75, n=int(r_best.n)) + ".",
+    + report.ratio_phrase_median(r_best["median"], r_best.q25, r_best.q75, n=int(r_best.n))
+    + f"; the search predicted {static.predicted_tokens_per_s[best_tree] / static.predicted_tokens_per_s[best_chain]:.2f}×"
+    + (" (inside the measured IQR)." if r_best.q25 <= static.predicted_tokens_per_s[best_tree]
+       / static.predicted_tokens_per_s[best_chain] <= r_best.q75 else " (outside the measured IQR)."),
+    f"- **Every timed runner against {base}**: " + "; ".join(
+        f"{r}: " + report.ratio_phrase_median(tps['median'][r], tps.q25[r], tps.q75[r], n=int(tps.n[r]))
+        + f", emitting {tps.tau_ratio[r]:.2f}× its tokens per step" for r in tps.index) + ".",
 ]
 display(Markdown("\n".join(lines)))
 

@@ -102,7 +102,7 @@ for name in [n for n, spec in methods.items() if runnable(spec)]:
     print(f"skipped {name}: {runnable(methods.pop(name))}")
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)
-print("methods:", list(methods))
+print("methods:", ", ".join(methods))
 
 
 def our_runner(kw, temperature):
@@ -171,7 +171,7 @@ _ = bench.write_jsonl(runs.drop(columns=["accepted_lengths"], errors="ignore"), 
 
 # %% [markdown]
 # Per task and temperature: each method's paired speedup over our autoregressive decoder (the figure); the
-# overall ratios follow the figure, then the per-task tables (α and τ of each cell are saved in `summary.csv`).
+# overall ratios come with it, then the per-task tables (α and τ of each cell are saved in `summary.csv`).
 
 # %%
 rat = pd.concat([bench.paired_ratios(runs[runs.temperature == t], "autoregressive", by=["task"]).assign(temperature=t)
@@ -192,7 +192,7 @@ for ax in g.axes.flat:
     ax.tick_params(axis="x", rotation=25)
 g.set_axis_labels("", "speedup over autoregressive (median, paired)")
 ch.savefig(g, "speedup_by_task")
-overall.round(3)
+overall.set_index(["temperature", "runner"]).round(3)
 
 # %% [markdown]
 # Per task: the speedup (method × task), then the pooled α, greedy first:
@@ -203,8 +203,8 @@ summary.pivot_table(index=["temperature", "task"], columns="method", values="alp
 
 # %% [markdown]
 # ## Where speculation loses
-# How many (speculative method, prompt, temperature) cases have a median paired ratio below 1, and the 15
-# largest of those losses.
+# How many (speculative method, prompt, temperature) cases have a median paired ratio below 1, per method, and
+# each method's largest loss.
 # transformers' plain `generate` is a peer baseline that does not speculate; it is left out here.
 
 # %%
@@ -214,9 +214,15 @@ per_prompt["ratio"] = per_prompt.tokens_per_s.values / base.loc[
     list(zip(per_prompt["id"], per_prompt["repeat"], per_prompt["temperature"]))].values
 losses = per_prompt.groupby(["runner", "temperature", "task", "id"]).ratio.median().reset_index()
 losses = losses[losses.ratio < 1].sort_values("ratio")
-print(f"{len(losses)} of {per_prompt.groupby(['runner', 'temperature', 'id']).ngroups} (speculative method, prompt, "
-      f"temperature) cases have a median ratio below 1 over {repeats} repeat(s) (one repeat: one noisy run each)")
-losses.head(15).round(3)
+n_cases = per_prompt.groupby(["runner", "temperature", "id"]).ngroups
+print(f"{len(losses)} of {n_cases} (speculative method, prompt, temperature) cases have a median ratio below 1 over "
+      f"{repeats} repeat{'s' if repeats != 1 else ''}" + (" (one run each: a ratio near 1 is as likely noise as a loss)"
+                                                          if repeats == 1 else ""))
+cases = per_prompt.groupby(["runner", "temperature"]).id.nunique()
+worst = losses.groupby(["runner", "temperature"]).first()
+pd.DataFrame({"cases": cases, "losses": losses.groupby(["runner", "temperature"]).size()}).fillna(0).astype(int).join(
+    worst[["task", "id", "ratio"]].rename(columns={"ratio": "worst ratio", "task": "worst task", "id": "worst prompt"})
+).round(3).fillna("—")
 
 # %% [markdown]
 # ## Accepted lengths and latency
@@ -298,7 +304,7 @@ else:
            "both ran the same prompts, so the difference is run-to-run timing noise: time the chapter alone")
     if lines:
         display(Markdown(f"The sweep ran {len(sweep_prompts)} prompts once, the headline {len(encoded)} prompts "
-                         f"× {repeats} repeat(s): where they measured the same setting (greedy),\n\n" + "\n".join(lines)
+                         f"× {repeats} repeat{'s' if repeats != 1 else ''}: where they measured the same setting (greedy),\n\n" + "\n".join(lines)
                          + (f"\n\nWhere they differ, {why}." if differ else "")))
 
 # %% [markdown]
@@ -306,7 +312,7 @@ else:
 # For linear SD with the draft model, greedy: each call of the headline run is predicted from its own α̂
 # (accepted ÷ (accepted + rejections) over its steps), c and the verify cost measured above, and compared
 # with its measured speedup — the decode loops' tokens/s ratio, since Theorem 3.8 models the decode loop and
-# not the prefill (the same for both; it is in the TTFT above). Per call, because α differs from prompt to
+# not the prefill (the target's prefill, with a model drafter also the draft's own: both in the TTFT above). Per call, because α differs from prompt to
 # prompt and the speedup is not linear in α: one pooled α̂ predicts the speedup at the average α, which no
 # prompt has. The agreement reported is between the median prediction and the median measurement.
 
@@ -389,7 +395,7 @@ else:
 # ## Summary
 # The mechanisms: the speedup of every method is set by α (how often the target agrees) and by what a pass
 # costs, the verify pass over K + 1 tokens included (its cost in one-token passes was measured above: on a CPU it
-# can be near one pass or well above it, by K and by machine), so the theory predicts the measurement only once
+# can be near one pass or above it, by K and by machine: chapter 1), so the theory predicts the measurement only once
 # that cost is measured too, and once each prompt keeps its own α: the speedup is not linear in α,
 # so one pooled α predicts the speedup at the average α, too high where the curve is concave over the prompts'
 # range of α and too low where it is convex. An n-gram drafter can only propose text that already occurred;
@@ -398,14 +404,14 @@ else:
 
 # %%
 t0_ = temperatures[0]
-ov = overall[overall.temperature == t0_].set_index("runner")
-lines = [f"- **Speed, every prompt pooled, T = {t0_}**: " + "; ".join(
-    f"{r}: {report.ratio_phrase_median(x['median'], x.q25, x.q75, n=int(x.n))}" for r, x in ov.iterrows()) + "."]
+lines = [f"- **Speed, every prompt pooled, T = {t_}**: " + "; ".join(
+    f"{r}: {report.ratio_phrase_median(x['median'], x.q25, x.q75, n=int(x.n))}"
+    for r, x in overall[overall.temperature == t_].set_index("runner").iterrows()) + "." for t_ in temperatures]
 if "linear (draft model)" in methods:
     pooled, per_call, meas = th["predicted_pooled"], th["predicted_median"], th["measured_median"]
     direction = "over" if pooled > meas else "under"
     lines.append(f"- **Theory, linear SD with the draft model (K = {k0})**: per-call prediction {per_call:.3f}×, "
-                 f"measured {meas:.3f}× (relative error {rel:.1%}"
+                 f"measured {meas:.3f}× in the decode loops (the speed line above includes the prefill; relative error {rel:.1%}"
                  + (f", tolerance {theory_tolerance:.0%}: {'agree' if rel < theory_tolerance else 'disagree'}"
                     if theory_tolerance <= 0.25 else f"; a tolerance of {theory_tolerance:.0%} checks nothing finer "
                     "than a bug at this size") + f"); one pooled α̂ = {th['alpha_pooled']:.3f} "
@@ -435,8 +441,8 @@ if len(temperatures) > 1:
     lower = [m for m in a_t.index if a_t.loc[m].notna().all() and a_t.loc[m].iloc[-1] < a_t.loc[m].iloc[0]]
     lines.append(f"- **Temperature {temperatures[-1]} against {t0_}**: mean α lower for {len(lower)} of "
                  f"{int(a_t.notna().all(axis=1).sum())} methods ({', '.join(lower) or 'none'}).")
-lines.append(f"- **Losses**: {len(losses)} (speculative method, prompt, temperature) cases have a median ratio "
-             "below 1 (the losses table).")
+lines.append(f"- **Losses**: {len(losses)} of {n_cases} (speculative method, prompt, temperature) cases have a median "
+             f"ratio below 1 over {repeats} repeat{'s' if repeats != 1 else ''} (the losses table, per method).")
 ref_csv = Path("../data/reference/book/06_speedup/summary.csv")
 if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
     ref = pd.read_csv(ref_csv)

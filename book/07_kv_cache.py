@@ -109,11 +109,11 @@ for name, c in configs.items():
     per_layer = pf.kv_bytes_per_token(c, b, per_layer=True)
     assert allocated == cap * pf.kv_bytes_per_token(c, b), f"{name}: cache allocates {allocated} bytes"
     rows.append(dict(model=name, layers=a.L, q_heads=a.nh, kv_heads=a.nkv, head_dim=a.hd,
-                     bytes_per_token_per_layer=per_layer, kib_per_token=per_layer * a.L / 1024,
+                     bytes_per_token_per_layer=per_layer, kb_per_token=per_layer * a.L / 1e3,
                      weights_gb=pf.param_count(c) * b / 1e9,
-                     without_gqa_kib=2 * a.nh * a.hd * b * a.L / 1024))
+                     without_gqa_kb=2 * a.nh * a.hd * b * a.L / 1e3))
 per_token = ch.save(pd.DataFrame(rows), "kv_bytes_per_token")
-print("formula == allocated bytes for every model")
+print("the formula equals the bytes the cache allocates, for every shape (units: decimal, 1 kB = 1000 bytes)")
 per_token.round(2)
 
 # %% [markdown]
@@ -300,7 +300,7 @@ axes[1].legend()
 ch.savefig(fig, "rejection_run")
 settled = trace[trace.step >= min(10, rejection_steps // 4)]
 growth_mb = settled.mem_mb.max() - settled.mem_mb.min()
-print(f"{rejection_steps} steps: buffers unchanged {trace.same_buffers.all()}, cache {nbytes2 / 1e6:.1f} MB "
+print(f"{rejection_steps} steps: the buffers {'never moved' if trace.same_buffers.all() else 'MOVED'}, cache {nbytes2 / 1e6:.1f} MB "
       f"throughout, memory in use varied by {growth_mb:.1f} MB after warm-up")
 assert trace.same_buffers.all() and (trace.cache_mb == nbytes2 / 1e6).all()
 assert list(trace.length) == list(range(base_length + 1, base_length + rejection_steps + 1))
@@ -341,20 +341,23 @@ assert grown < 8 * cache_mb + 16, f"the library's loop grew memory in use by {gr
 
 # %%
 this = per_token.iloc[0]
+ratio_ = round(this.without_gqa_kb / this.kb_per_token)
+share_word = {1: "all", 2: "half", 3: "a third", 4: "a quarter"}.get(ratio_, f"1/{ratio_}")
 lines = [
-    f"- **Bytes per token** ({this.model}): {this.kib_per_token:.1f} KiB over {int(this.layers)} layers "
-    f"({this.without_gqa_kib / this.kib_per_token:.0f}× less than without grouped-query attention); the formula "
+    f"- **Bytes per token** ({this.model}): {this.kb_per_token:.1f} kB over {int(this.layers)} layers "
+    f"({share_word} of what it would be without grouped-query attention); the formula "
     "equalled the allocated bytes for every shape.",
     f"- **KV cache = weights** at batch {batches[0]}: " + ", ".join(
         f"{r.model} S = {r[f'batch {batches[0]}']:,}" for _, r in cross.iterrows()) + ".",
     f"- **Rollback**: {ops.ns_per_rollback.min():.0f}–{ops.ns_per_rollback.max():.0f} ns per pointer move over "
     f"n = {min(rollback_lengths)}–{max(rollback_lengths)}; long against short rollbacks: " + "; ".join(
         f"{w} {f:.1%} apart" for w, f in flat.items()) + f" (flat means ≤ {flat_tolerance:.0%}).",
-    f"- **Trees**: up to N = {trees.N.max()} nodes in the one cache ({trees.extra_kb_tree.max():.0f} kB beyond "
-    f"the prefix, against {trees[trees.N == trees.N.max()].extra_kb_batch_of_branches.max():.0f} kB for one "
+    f"- **Trees**: up to N = {trees.N.max()} nodes in the one cache ({trees.extra_kb_tree.max() / 1e3:.1f} MB beyond "
+    f"the prefix, against {trees[trees.N == trees.N.max()].extra_kb_batch_of_branches.max() / 1e3:.1f} MB for one "
     f"sequence per branch); the buffers kept their {nbytes0 / 1e6:.1f} MB and addresses; `compact` took "
-    f"{trees.compact_us.median():.0f} µs (median).",
-    f"- **A run of {rejection_steps} rejected steps**: buffers unchanged: {bool(trace.same_buffers.all())}; memory "
+    f"{trees.compact_us.min():.0f}–{trees.compact_us.max():.0f} µs (one timing each, copying "
+    f"{trees.compact_positions.min()}–{trees.compact_positions.max()} positions).",
+    f"- **A run of {rejection_steps} rejected steps**: the buffers {'never moved' if trace.same_buffers.all() else 'moved'}; memory "
     f"in use varied by {growth_mb:.1f} MB after warm-up; the library's loop with an always-wrong drafter "
     f"(acceptance {st['alpha']:.3f}) grew memory in use by {grown:.1f} MB against its {cache_mb:.1f} MB cache.",
 ]

@@ -33,15 +33,18 @@ def test_rivals_are_the_rows_whose_iqr_reaches_the_choice():
 def test_shown_rounds_numbers_and_blanks_what_was_not_measured():
     import pandas as pd
 
-    t = pd.DataFrame({"x": [0.123456, float("nan")], "tok": ["a", "b"], "mixed": [0.98765, "n/a"]})
+    t = pd.DataFrame({"x": [0.123456, float("nan"), 0.4], "tok": ["a", "b", "c"], "mixed": [0.98765, "n/a", 1.0],
+                      "whole": [199.0, 174.0, float("nan")]})
     s = report.shown(t, 2)
-    assert s.x.tolist() == [0.12, "—"] and s.tok.tolist() == ["a", "b"] and s.mixed.tolist() == [0.99, "n/a"]
+    assert s.x.tolist() == ["0.12", "—", "0.40"] and s.tok.tolist() == ["a", "b", "c"]
+    assert s.mixed.tolist() == ["0.99", "n/a", "1.00"] and s.whole.tolist() == ["199", "174", "—"]
     assert t.x.isna().iloc[1]  # the table itself keeps NaN
 
 
 def test_a_quartile_next_to_one_keeps_the_digit_that_decides_the_verdict():
     assert report.ratio_phrase_median(1.04, 0.9987, 1.15, n=12) == "1.04× (IQR 0.999–1.15, 12 pairs): ties"
     assert report.ratio_phrase_median(1.04, 1.0, 1.15, n=12) == "1.04× (IQR 1.00–1.15, 12 pairs): ties"
+    assert report.ratio_phrase_median(0.57, 0.5651, 0.5749, n=3) == "0.57× (IQR 0.565–0.575, 3 pairs): slower"
 
 
 def test_overlap_of_interquartile_ranges():

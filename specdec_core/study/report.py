@@ -24,8 +24,10 @@ def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = N
     """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
     pairs = f", {n} pair{'s' if n != 1 else ''}" if n is not None else ""
     said = "one pair, no verdict" if n == 1 else verdict(median, q25, q75, **words)  # one pair has no spread
+    narrow = f"{q25:.2f}" == f"{q75:.2f}" and q25 != q75  # a spread that two decimals would hide
+
     def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly
-        return f"{x:.3f}" if x != 1 and f"{x:.2f}" == "1.00" else f"{x:.2f}"
+        return f"{x:.3f}" if narrow or (x != 1 and f"{x:.2f}" == "1.00") else f"{x:.2f}"
     return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{pairs}): {said}"
 
 
@@ -51,11 +53,14 @@ def rivals(table, chosen) -> list:
 
 
 def shown(table, digits: int = 3, blank: str = "—"):
-    """``table`` rounded for display, with ``blank`` where a value was not measured (NaN), e.g. a method that
-    was not decoded at that size; the saved CSVs keep NaN."""
+    """``table`` as text for display: each column's numbers with one number of decimals (``digits``, none where
+    they are all whole), and ``blank`` where a value was not measured (NaN), e.g. a method that was not decoded at
+    that size; the saved CSVs keep the numbers and NaN."""
     import pandas as pd
 
-    def col(c):  # column by column: a table mixing text and numbers still rounds its numbers
+    def col(c):  # column by column: a table mixing text and numbers still formats its numbers
         num = pd.to_numeric(c, errors="coerce")
-        return num.round(digits).astype(object).where(num.notna(), c)
+        whole = bool((num.dropna() % 1 == 0).all())
+        text = num.map(lambda x: f"{x:.0f}" if whole else f"{x:.{digits}f}")
+        return text.where(num.notna(), c)
     return table.apply(col).where(table.notna(), blank)
