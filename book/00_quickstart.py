@@ -82,7 +82,8 @@ assert s["tau"] == 1.0
 # ## Per-token latency
 # `token_times` holds the moment each token became known. The first one includes the prefill — one pass
 # over the whole prompt — so it is the time to first token (TTFT). The rest are one decode pass each.
-# The figure plots each token's latency: the prefill's point stands alone, the decode passes form a flat band.
+# The figure plots each token's latency; the lines under it say how the prefill compares with the decode passes
+# and how steady those were (a busy machine, or the first passes of a fresh process, scatter them).
 
 # %%
 times = np.asarray(s["token_times"])
@@ -97,7 +98,11 @@ decode = lat[1:]
 print(f"TTFT {lat[0]:.1f} ms for {ids.numel()} prompt tokens; decode p50 {np.median(decode):.1f} ms, "
       f"p95 {np.percentile(decode, 95):.1f} ms → {1e3 / np.median(decode):.1f} tokens/s")
 print(f"the prefill over {ids.numel()} tokens cost {lat[0] / np.median(decode):.1f} decode steps "
-      f"({lat[0] / np.median(decode) / ids.numel():.2f} of a step per prompt token)")
+      f"({lat[0] / np.median(decode) / ids.numel():.2f} of a step per prompt token); "
+      f"{int((decode > lat[0]).sum())} of {len(decode)} decode passes took longer than the prefill, and the spread "
+      f"of the decode passes (p95 / p50) is {np.percentile(decode, 95) / np.median(decode):.2f}")
+print(f"mean speed over the call (prefill included): {len(lat) / times[-1]:.1f} tokens/s; the line above divides by the "
+      "median decode pass instead")
 
 # %% [markdown]
 # The line above compares the two kinds of pass: if a pass were dominated by reading the weights, the

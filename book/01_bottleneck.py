@@ -295,14 +295,14 @@ ch.savefig(fig, "ratio")
 
 
 def bumps(T, t):
-    """Token counts whose time exceeds that of a larger T: kernels that are worse than their neighbours."""
+    """Token counts whose time exceeds that of a larger T (as text): kernels worse than their neighbours."""
     T, t = list(T), list(t)
-    return [T[i] for i in range(len(T) - 1) if t[i] > min(t[i + 1:])]
+    return ", ".join(str(T[i]) for i in range(len(T) - 1) if t[i] > min(t[i + 1:])) or "none"
 
 
-print("T whose pass timed slower than a pass over more tokens (a kernel switch): model "
-      + ", ".join(f"{bumps(d['T'], d['median']) or 'none'} at S = {S}" for S, d in passes.groupby("S"))
-      + f"; bare matmuls {bumps(mm_curve['T'], mm_curve['median']) or 'none'}")
+print("T whose median pass timed slower than a pass over more tokens (a kernel switch, or noise where the two IQRs "
+      "overlap): model " + "; ".join(f"T = {bumps(d['T'], d['median'])} at S = {S}" for S, d in passes.groupby("S"))
+      + f"; bare matmuls T = {bumps(mm_curve['T'], mm_curve['median'])}")
 
 # %% [markdown]
 # ## 4b. The matmul library decides the verify cost
@@ -440,8 +440,10 @@ print(f"  memory side m = {k0.m:.2f} (t(1) vs its floor of {k0.floor_ms:.1f} ms)
       f"(ratio {k0.corrected_over_measured:.2f})")
 off = lambda r: abs(np.log(r))  # distance from the measured knee, either way
 closer = [int(S) for S, r in knees.set_index("S").iterrows() if off(r.corrected_over_measured) < off(r.ideal_over_measured)]
-print(f"  the correction moved the prediction closer to the measured knee at S = {closer or 'none'}, further at "
-      f"S = {[int(S) for S in knees.S if int(S) not in closer] or 'none'}")
+further = [int(S) for S in knees.S if int(S) not in closer]
+print(f"  the correction moved the prediction closer to the measured knee at S = {', '.join(map(str, closer)) or 'none'}"
+      + (f", further from it at S = {', '.join(map(str, further))}: there the two measured shortfalls do not explain "
+         "the knee" if further else ""))
 if k0.resolved:
     assert within(k0.ideal_over_measured) or within(k0.corrected_over_measured), (
         f"neither the ridge-point knee ({k0.knee_ideal:.1f}) nor the corrected one ({k0.knee_corrected:.1f}) is "
@@ -713,9 +715,9 @@ fails["roof_t2_over_t1"] = [pf.roofline_time(cost(2, S), BW, PEAK) / pf.roofline
                             for S in fails.index]
 ch.save(fails.reset_index(), "long_context")
 lo, hi = fails.index.min(), fails.index.max()
-print(f"t(2)/t(1) measured {fails.t2_over_t1[lo]:.2f} at S = {lo} and {fails.t2_over_t1[hi]:.2f} at S = {hi} "
+print("t(2)/t(1) measured " + ", ".join(f"{r:.2f} at S = {S}" for S, r in fails.t2_over_t1.items()) + " "
       f"(roofline: {fails.roof_t2_over_t1[lo]:.2f} → {fails.roof_t2_over_t1[hi]:.2f}): "
-      + ("the plateau eroded with the context in this run" if fails.t2_over_t1[hi] > fails.t2_over_t1[lo] * 1.05 else
+      + ("the plateau eroded from the shortest to the longest context in this run" if fails.t2_over_t1[hi] > fails.t2_over_t1[lo] * 1.05 else
          "no erosion beyond 5% over the contexts this run measured" + (" (a ratio below 1: a two-row pass timed faster "
          "than a one-row pass, a kernel switch as in section 4b)" if (fails.t2_over_t1 < 1).any() else "")))
 fails.round(3)
@@ -795,8 +797,7 @@ print(f"t(T)/t(1) at T = {T_max}: {passes[(passes.S == S0) & (passes['T'] == T_m
 #   intensity ≈ 2T/b FLOP per byte, so the knee sits near (b/2)·P/BW tokens.
 # - On a CPU, a one-token pass runs well above its weight-streaming floor, and section 6 shows where
 #   the difference goes: matrix–vector kernels that stream weights below the copy bandwidth (shape by
-#   shape), a fixed framework cost per operator (the dispatch twin), the remaining full-size ops, and —
-#   on a shared machine — the thread count.
+#   shape), a fixed framework cost per operator (the dispatch twin) and the remaining full-size ops.
 # - The ridge-point knee is a prediction about a machine that runs at its ceilings. The corrected
 #   prediction folds in the two measured shortfalls (plateau above the floor, matmuls below the GEMM
 #   peak); section 5 prints, per context, whether that correction moved the prediction closer.
@@ -819,17 +820,22 @@ t1_sections = {"section 2": tt.loc[n_threads, ["median_ms", "q25_ms", "q75_ms"]]
 spread = max(v[0] for v in t1_sections.values()) / min(v[0] for v in t1_sections.values())
 ab = (cmp_.get(f"MKL_CBWR={os.environ.get('MKL_CBWR')}") if blas_df is not None and cmp_.shape[1] == 2 else None)
 off_bar = {T: float(ab[T]) for T in holds if ab is not None and T in ab.index and ab[T] > one_pass}
+extra = {int(T): float(ab[T]) for T in ab.index if 1 < T <= 8 and T not in small} if ab is not None else {}
+near = [T for T in small if abs(p0s.loc[T, "ratio"] - one_pass) < spread - 1]
 lines = [
     f"- **Setting**: {n_threads} thread(s) (every core), MKL_CBWR={os.environ.get('MKL_CBWR') or '(MKL default)'}, "
     f"S = {S0} cached tokens.",
     "- **t(1), measured three times in this run**, median (IQR) ms: " + "; ".join(
         f"{k} {v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})" for k, v in t1_sections.items())
-    + f": the medians differ by up to {100 * (spread - 1):.0f}%, the scale of any difference this chapter can resolve.",
+    + f": the medians differ by up to {100 * (spread - 1):.0f}%, the scale of any difference this chapter can resolve"
+    + (f" (T = {', '.join(str(T) for T in near)} lie{'s' if len(near) == 1 else ''} that close to the bar below)."
+       if near else "."),
     "- **t(T)/t(1)** at S = " + f"{S0}: " + ", ".join(f"T = {T}: {p0s.loc[T, 'ratio']:.2f}" for T in small) + ".",
-    (f"- **Verdict**: checking T tokens costs about one pass (≤ {one_pass}× t(1)) for T ∈ {holds} on this CPU"
-     + (f", and not for T ∈ {[T for T in small if T not in holds]}." if len(holds) < len(small) else ".")
+    (f"- **Verdict**: checking T tokens costs about one pass (≤ {one_pass}× t(1)) for T = {', '.join(map(str, holds))} "
+     "on this CPU" + (f", and not for T = {', '.join(str(T) for T in small if T not in holds)}." if len(holds) < len(small)
+                      else ".")
      if holds else
-     f"- **Verdict**: on this CPU, in this setting, no T in {small} costs about one pass (≤ {one_pass}× t(1)): "
+     f"- **Verdict**: on this CPU, in this setting, no T in {', '.join(map(str, small))} costs about one pass (≤ {one_pass}× t(1)): "
      "the premise that verification is nearly free does not hold here; what speculative decoding can gain is "
      "bounded by these ratios, not by the acceptance alone."),
     f"- **Far from free at large T, far from T passes**: t({T_max})/t(1) = "
@@ -837,8 +843,12 @@ lines = [
 ]
 if off_bar:  # the same setting timed twice: say so when the two disagree about the bar
     lines.insert(-1, "- **Not settled by one measurement**: section 4b timed the same setting at " + ", ".join(
-        f"T = {T}: {r:.2f}" for T, r in off_bar.items()) + f", above the bar: for T ∈ {list(off_bar)} the verdict "
-        "depends on which of the two measurements one takes (their spread is this run's repeatability).")
+        f"T = {T}: {r:.2f}" for T, r in off_bar.items()) + f", above the bar: for T = {', '.join(map(str, off_bar))} the "
+        "verdict depends on which of the two measurements one takes (their spread is this run's repeatability).")
+if extra:
+    lines.insert(-1, "- **Section 4b also timed** " + ", ".join(
+        f"T = {T}: {r:.2f} ({'within' if r <= one_pass else 'above'} the bar)" for T, r in extra.items())
+        + ", in the same setting; section 4 did not time these T.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]

@@ -220,9 +220,9 @@ print(f"{len(losses)} of {n_cases} (speculative method, prompt, temperature) cas
                                                           if repeats == 1 else ""))
 cases = per_prompt.groupby(["runner", "temperature"]).id.nunique()
 worst = losses.groupby(["runner", "temperature"]).first()
-pd.DataFrame({"cases": cases, "losses": losses.groupby(["runner", "temperature"]).size()}).fillna(0).astype(int).join(
-    worst[["task", "id", "ratio"]].rename(columns={"ratio": "worst ratio", "task": "worst task", "id": "worst prompt"})
-).round(3).fillna("—")
+report.shown(pd.DataFrame({"cases": cases, "losses": losses.groupby(["runner", "temperature"]).size()}).fillna(0)
+             .astype(int).join(worst[["task", "id", "ratio"]].rename(
+                 columns={"ratio": "worst ratio", "task": "worst task", "id": "worst prompt"})))
 
 # %% [markdown]
 # ## Accepted lengths and latency

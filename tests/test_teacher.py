@@ -101,8 +101,7 @@ def test_a_sampler_that_ignores_the_temperature_is_caught(toy16):
     assert p < 1e-3, f"the law test cannot tell T = 1 draws from T = 0.5's law (p = {p:.2g})"
 
 
-def test_sampled_rows_are_seeded():
-    pair = sd.toy_pair(vocab_size=16, seed=1)
-    a, b, c = (_teacher(pair, 1.0, seed=s) for s in (3, 3, 4))
+def test_sampled_rows_are_seeded(toy16):
+    a, b, c = (_teacher(toy16, 1.0, seed=s) for s in (3, 3, 4))
     assert all(torch.equal(x["response"], y["response"]) for x, y in zip(a, b))
     assert any(not torch.equal(x["response"], z["response"]) for x, z in zip(a, c))
