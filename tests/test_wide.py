@@ -6,6 +6,7 @@ may keep the run).
 """
 import json
 import random
+import re
 
 import pytest
 
@@ -15,8 +16,10 @@ from specdec_core.train.prompts import eval_grams, grams, sentence
 
 
 def _text(seed, n=8):
+    """``n`` sentences of 12 words drawn from the training tables' vocabulary: no 6-word run repeats."""
     rng = random.Random(seed)
-    return " ".join(sentence(rng) for _ in range(n))
+    words = sorted({w for i in range(300) for w in re.findall(r"[a-z]+", sentence(random.Random(i)).lower())})
+    return " ".join(" ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(n))
 
 
 def _passage(i, topic="tides", sentences=8):
@@ -33,10 +36,19 @@ def test_clean_passage_cuts_to_its_last_sentence_and_drops_headings():
 @pytest.mark.parametrize("text, why", [
     ("Too short to keep. Only a few words here.", "short"),
     ("no sentence end at all " * 30, "unfinished"),
-    ("The same six words come again. " * 12, "a loop"),
+    ("The same six words come again. " * 12, "a loop from its second sentence on"),
 ])
 def test_clean_passage_refuses(text, why):
     assert wide.clean_passage(text) is None, why
+
+
+def test_a_passage_is_cut_where_it_starts_to_repeat_itself():
+    head = _text(3, 10)
+    loop = " It is the key to creating a brand that people remember."
+    out = wide.clean_passage(head + loop + " Typography is art." + loop + loop)
+    assert out == head + loop + " Typography is art."  # cut before the first repeated sentence
+    near = " In the end it is the key to creating a brand that people like."  # shares a 6-word run
+    assert wide.clean_passage(head + loop + near) == head + loop
 
 
 def test_passages_keep_only_clean_answers():

@@ -6,8 +6,9 @@ passages (two stages, each its own file, deterministic in its seed):
 
 1. :func:`build_writing` — ``data/prompts/train_writing.jsonl``: "write a ~N-word <genre> about <topic><angle>"
    requests (task ``multi_turn``, category ``writing``: they are also teacher prompts in their own right).
-2. :func:`passages_from` — the target's answers to them, cut to their last complete sentence and kept if they are
-   long enough and do not loop (``data/prompts/passages.jsonl``: id, topic, genre, text).
+2. :func:`passages_from` — the target's answers to them, cut after their last complete sentence before the first
+   repetition (a 135M model drifts into loops) and kept if long enough (``data/prompts/passages.jsonl``: id, topic,
+   genre, text).
 3. :func:`build_wide` — ``data/prompts/train_wide.jsonl``: summaries of one or two passages, questions over two to
    four numbered passages, rewrites and extractions (multi-turn categories), translations of a passage's
    sentences, in the eval mix's proportions of those tasks. A prompt sharing an 8-word run with the eval mix is
@@ -78,29 +79,27 @@ SENTENCE_END = re.compile(r"(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bMrs)(?<!\bSt)(?<!e\
                           r"[.!?][\"')\]]?(?=\s|$)")
 
 
-def clean_passage(text: str, min_words: int = 60, loop_words: int = 6, loop_count: int = 3) -> str | None:
-    """``text`` cut after its last complete sentence, without markdown headings and emphasis and without a lead-in
-    paragraph ending in a colon ("Here's a 150-word report about …:"); ``None`` if fewer than ``min_words`` words
-    remain or a ``loop_words``-word run occurs ``loop_count`` times (a decoding loop)."""
+def clean_passage(text: str, min_words: int = 60, run_words: int = 6) -> str | None:
+    """``text`` without markdown headings and emphasis and without a lead-in paragraph ending in a colon ("Here's a
+    150-word report about …:"), cut after its last complete sentence before the first one that repeats itself (a
+    sentence seen before, or one sharing a ``run_words``-word run with an earlier one: where a small model starts to
+    loop); ``None`` if fewer than ``min_words`` words remain."""
     lines = [ln for ln in text.strip().splitlines() if not ln.lstrip().startswith("#")]
     paras = re.split(r"\n\s*\n", re.sub(r"\*\*|__", "", "\n".join(lines)).strip())
     if len(paras) > 1 and paras[0].rstrip().endswith(":"):
         paras = paras[1:]
     text = "\n\n".join(paras).strip()
-    ends = [m.end() for m in SENTENCE_END.finditer(text)]
-    if not ends:
-        return None
-    text = text[:ends[-1]].strip()
-    words = re.findall(r"\w+", text.lower())
-    if len(words) < min_words:
-        return None
-    runs: dict = {}
-    for i in range(len(words) - loop_words + 1):
-        run = tuple(words[i:i + loop_words])
-        runs[run] = runs.get(run, 0) + 1
-        if runs[run] >= loop_count:
-            return None
-    return text
+    seen_runs, seen, start, cut = set(), set(), 0, 0
+    for end in (m.end() for m in SENTENCE_END.finditer(text)):
+        sentence = " ".join(re.findall(r"\w+", text[start:end].lower()))
+        runs = grams(sentence, run_words)
+        if sentence in seen or runs & seen_runs:
+            break
+        seen.add(sentence)
+        seen_runs |= runs
+        start = cut = end
+    text = text[:cut].strip()
+    return text if len(re.findall(r"\w+", text)) >= min_words else None
 
 
 def passages_from(writing: list[dict], answers: dict[str, str], min_words: int = 60) -> list[dict]:
