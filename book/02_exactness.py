@@ -638,7 +638,11 @@ summary = dict(family_runs=len(family), family_min_p_holm=float(family.p_holm.mi
 pd.Series(summary).to_csv(ch.out / "summary.csv", header=False)  # deterministic: no timings in the tables
 print(f"summary.csv written ({time.perf_counter() - t_start:.0f} s for the chapter)")
 n_div = int((~real_g.equal).sum())
-tested = "; ".join(f"{s}: " + ", ".join(map(str, v)) for s, v in spec_tested.items())
+by_positions = {}  # methods grouped by the positions tested: "position 2 for every method" reads better than a list
+for s_, v in spec_tested.items():
+    by_positions.setdefault(", ".join(map(str, v)), []).append(s_)
+tested = "; ".join(f"position{'s' if ',' in pos else ''} {pos} for "
+                   + ("every method" if len(by_positions) == 1 else ", ".join(ms)) for pos, ms in by_positions.items())
 display(Markdown(f"**This run.** {len(family)} family tests, smallest Holm-corrected p = {family.p_holm.min():.3g}; "
          f"TV(sampled, p) < {bound.tv_upper:.3g} (ε = {epsilon}) from {bound.N} continuations; "
          f"{int(lossy.caught.sum())} of {len(lossy)} lossy mutants caught, {int((~harmless.caught).sum())} of "

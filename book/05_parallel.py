@@ -354,7 +354,7 @@ gain = float(h2h["median"].iloc[0])
 print(f"{best_par} ÷ {best_lin}: median {gain:.3f} (IQR {h2h.q25.iloc[0]:.3f}–{h2h.q75.iloc[0]:.3f}, "
       f"n = {int(h2h.n.iloc[0])} paired runs)")
 print("per task (one prompt each at this size: a ratio per prompt, no spread)" if (h2h_by_task.n == 1).all() else "per task:")
-display(h2h_by_task.drop(columns=["q25", "q75"]) if (h2h_by_task.n == 1).all() else h2h_by_task.round(3))
+display((h2h_by_task.drop(columns=["q25", "q75"]) if (h2h_by_task.n == 1).all() else h2h_by_task).round(3))
 phase.round(3)
 
 # %% [markdown]

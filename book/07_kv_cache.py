@@ -344,7 +344,7 @@ this = per_token.iloc[0]
 ratio_ = round(this.without_gqa_kb / this.kb_per_token)
 share_word = {1: "all", 2: "half", 3: "a third", 4: "a quarter"}.get(ratio_, f"1/{ratio_}")
 lines = [
-    f"- **Bytes per token** ({this.model}): {this.kb_per_token:.1f} kB over {int(this.layers)} layers "
+    f"- **Bytes per token**, {this.model}: {this.kb_per_token:.1f} kB over {int(this.layers)} layers "
     f"({share_word} of what it would be without grouped-query attention); the formula "
     "equalled the allocated bytes for every shape.",
     f"- **KV cache = weights** at batch {batches[0]}: " + ", ".join(

@@ -221,7 +221,7 @@ for name, g in speed.groupby("method", sort=False):
         b = min(m, p)
         row = g.set_index("B").loc[b]
         agree = (f"the prediction crosses {'earlier' if p < m else 'later'}: at B = {b} it predicts "
-                 f"{row.predicted:.2f}× where {row.measured:.2f}× was measured")
+                 f"{row.predicted:.3f}× where {row.measured:.3f}× was measured")
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]}: "
                  f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0], n=int(g.n.iloc[0]))}, at B = "
                  f"{g.B.iloc[-1]}: {report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1], n=int(g.n.iloc[-1]))} "
@@ -296,10 +296,10 @@ display(Markdown("\n".join(
 # %%
 summary = [f"- All {checked} rows ({'; '.join(f'{m}: {n}' for m, n in by_method.items())}) decoded the autoregressive text"
            + (f" (near-ties excused: {len(ties)})." if ties else ".")]
-summary += [f"- {name}: {report.ratio_phrase(paired(*c))} (decode loop alone "
-            f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))})." for name, c in checks.items()]
+summary += [f"- {name}: {report.ratio_phrase(paired(*c))}; the decode loop alone "
+            f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))}." for name, c in checks.items()]
 summary += lines
-summary += [f"- **Streaming, {name}** (medians over {stream_prompts} prompts): {int(r.tokens)} tokens in {int(r.chunks)} "
+summary += [f"- **Streaming, {name}** ({'medians over ' + str(stream_prompts) + ' prompts' if stream_prompts > 1 else 'one prompt'}): {int(r.tokens)} tokens in {int(r.chunks)} "
             f"chunks; per-token p50 {r.token_p50_ms:.0f} ms (autoregressive {med.loc['autoregressive', 'token_p50_ms']:.0f}), "
-            f"per-chunk p50 {r.chunk_p50_ms:.0f} ms" for name, r in med.iterrows() if name != "autoregressive"]
+            f"per-chunk p50 {r.chunk_p50_ms:.0f} ms." for name, r in med.iterrows() if name != "autoregressive"]
 display(Markdown("\n".join(summary)))

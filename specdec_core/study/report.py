@@ -22,8 +22,10 @@ def verdict(median: float, q25: float, q75: float, better: str = "faster", worse
 
 def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, **words) -> str:
     """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
-    pairs = f", {n} pair{'s' if n != 1 else ''}" if n is not None else ""
-    said = "one pair, no verdict" if n == 1 else verdict(median, q25, q75, **words)  # one pair has no spread
+    if n == 1:  # one pair has no spread: no IQR, no verdict
+        return f"{median:.2f}× (one pair, no verdict)"
+    pairs = f", {n} pairs" if n is not None else ""
+    said = verdict(median, q25, q75, **words)
     narrow = f"{q25:.2f}" == f"{q75:.2f}" and q25 != q75  # a spread that two decimals would hide
 
     def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly
