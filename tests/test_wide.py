@@ -97,7 +97,7 @@ def test_too_few_passages_is_named():
 
 
 def test_asking_for_more_distinct_prompts_than_exist_is_named():
-    with pytest.raises(ValueError, match="distinct prompts over 4 passages"):
+    with pytest.raises(ValueError, match="distinct wide prompts"):
         wide.build_wide([_passage(i, sentences=1) for i in range(4)], 3000)  # about 1.5k distinct ones exist
 
 

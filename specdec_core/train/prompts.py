@@ -254,20 +254,35 @@ GENERATORS = [(multi_turn, 8), (translation, 3), (summarization, 3), (qa, 3), (m
 
 def draw(generators, n: int, seed: int, prefix: str, skip=lambda text: False) -> list[dict]:
     """``n`` distinct prompts ``<prefix>-NNNNN`` from weighted ``generators`` ((function, weight), ...), deterministic
-    in ``seed``; a first turn already drawn, or one ``skip`` refuses, is drawn again. A prompt's task is its
-    generator's (:data:`TASK_OF`, else the generator's name)."""
+    in ``seed``; a first turn already drawn, or one ``skip`` refuses, is drawn again. A generator returns
+    ``(category, turns)`` (the task is :data:`TASK_OF`'s, else the generator's name) or a dict with ``task``,
+    ``category``, ``turns`` and any further fields the row keeps. After 50 draws per prompt wanted without reaching
+    ``n``, a ``ValueError`` says so (there are not that many distinct prompts to draw)."""
     rng = random.Random(seed)
     fns = [f for f, w in generators for _ in range(w)]
     rows, seen = [], set()
-    while len(rows) < n:
+    for _ in range(50 * n):
+        if len(rows) == n:
+            return rows
         fn = pick(rng, fns)
-        category, turns = fn(rng)
-        if turns[0] in seen or skip(turns[0]):
+        out = fn(rng)
+        row = dict(out) if isinstance(out, dict) else dict(task=TASK_OF.get(fn, fn.__name__), category=out[0],
+                                                          turns=out[1])
+        text = row["turns"][0]
+        if text in seen or skip(text):
             continue
-        seen.add(turns[0])
-        rows.append(dict(id=f"{prefix}-{len(rows):05d}", task=TASK_OF.get(fn, fn.__name__), category=category,
-                         turns=turns, length=length_of(turns[0])))
+        seen.add(text)
+        rows.append(dict(id=f"{prefix}-{len(rows):05d}", task=row.pop("task"), category=row.pop("category"),
+                         turns=row.pop("turns"), length=length_of(text), **row))
+    if len(rows) < n:
+        raise ValueError(f"drew only {len(rows)} of {n} distinct {prefix} prompts in {50 * n} tries: ask for fewer")
     return rows
+
+
+def clear_of_eval(n_words: int = 8, exclude=frozenset()):
+    """A ``skip`` for :func:`draw`: refuses a text in ``exclude`` or sharing an ``n_words``-word run with the eval mix."""
+    ev = eval_grams(EVAL_PATH, n_words)
+    return lambda text: text in exclude or bool(grams(text, n_words) & ev)
 
 
 def build(n: int, seed: int = SEED) -> list[dict]:
@@ -374,8 +389,7 @@ MORE_SEED = 20261130
 def build_more(n: int, seed: int = MORE_SEED, exclude: set[str] = frozenset()) -> list[dict]:
     """``n`` distinct prompts from :data:`MORE_GENERATORS` (ids ``more-NNNNN``), none of them in ``exclude``
     (the first set's first turns) and none sharing an 8-word run with the eval mix (those are drawn again)."""
-    ev = eval_grams(EVAL_PATH, 8)
-    return draw(MORE_GENERATORS, n, seed, "more", skip=lambda text: text in exclude or bool(grams(text, 8) & ev))
+    return draw(MORE_GENERATORS, n, seed, "more", skip=clear_of_eval(8, exclude))
 
 
 def grams(text: str, n: int) -> set:

@@ -16,14 +16,15 @@ passages (two stages, each its own file, deterministic in its seed):
 """
 from __future__ import annotations
 
+import functools
 import json
-import random
 import re
 from pathlib import Path
 
 from ..models.hub import REPO_ROOT
 from ..study.prompts import length_of, load_prompts
-from .prompts import AUDIENCES, EVAL_PATH, LANGS, MORE_PATH, PEOPLE, TOPICS, TOWNS, TRAIN_PATH, eval_grams, grams, pick
+from .prompts import (AUDIENCES, LANGS, MORE_PATH, PEOPLE, TOPICS, TOWNS, TRAIN_PATH, clear_of_eval, draw, grams,
+                      pick)
 
 WRITING_PATH = REPO_ROOT / "data" / "prompts" / "train_writing.jsonl"
 PASSAGES_PATH = REPO_ROOT / "data" / "prompts" / "passages.jsonl"
@@ -43,34 +44,17 @@ ANGLES = ["", " in a small town", " for beginners", " from the point of view of 
 WORDS = [120, 150, 180, 200, 250]
 
 
-def writing_request(rng) -> tuple[str, dict]:
+def writing_request(rng) -> dict:
     topic, genre, angle = pick(rng, TOPICS), pick(rng, GENRES), pick(rng, ANGLES)
     extra = pick(rng, ["", f" Set it in {pick(rng, TOWNS)}.", f" Include someone called {pick(rng, PEOPLE)}.", ""])
     text = f"Write a {pick(rng, WORDS)}-word {genre} about {topic}{angle}.{extra}"
-    return text, dict(topic=topic, genre=genre)
-
-
-def _drawing(rows: list, n: int, what: str):
-    """Yields while ``rows`` holds fewer than ``n``; after 50 draws per prompt wanted, a clear error instead."""
-    for _ in range(50 * n):
-        if len(rows) >= n:
-            return
-        yield
-    if len(rows) < n:
-        raise ValueError(f"drew only {len(rows)} of {n} distinct {what} that avoid the eval mix in {50 * n} tries")
+    return dict(task="multi_turn", category="writing", turns=[text], topic=topic, genre=genre)
 
 
 def build_writing(n: int, seed: int = WRITING_SEED) -> list[dict]:
-    """``n`` distinct writing requests (ids ``write-NNNNN``), none sharing an 8-word run with the eval mix."""
-    rng, ev, rows, seen = random.Random(seed), eval_grams(EVAL_PATH, 8), [], set()
-    for _ in _drawing(rows, n, "writing requests"):
-        text, meta = writing_request(rng)
-        if text in seen or grams(text, 8) & ev:
-            continue
-        seen.add(text)
-        rows.append(dict(id=f"write-{len(rows):05d}", task="multi_turn", category="writing", turns=[text],
-                         length=length_of(text), **meta))
-    return rows
+    """``n`` distinct writing requests (ids ``write-NNNNN``, with their ``topic`` and ``genre``), none sharing an
+    8-word run with the eval mix."""
+    return draw([(writing_request, 1)], n, seed, "write", skip=clear_of_eval(8))
 
 
 # a sentence ends at . ! or ? (a closing quote or bracket may follow) before white space, except after a title
@@ -124,7 +108,7 @@ def summarization(rng, ps):
                       f"{doc}\n\nSummarize the text above in three bullet points.",
                       f"Give a summary of at most 40 words of the following:\n{doc}",
                       f"Read this and tell me its main point in one sentence.\n\n{doc}"])
-    return "summarization", "summarization", text
+    return dict(task="summarization", category="summarization", turns=[text])
 
 
 def rag(rng, ps):
@@ -140,7 +124,7 @@ def rag(rng, ps):
     text = pick(rng, [f"Use only the passages to answer.\n\n{ctx}\n\nQuestion: {q}",
                       f"{ctx}\n\nBased on the passages above, answer this question: {q}",
                       f"Answer the question from the context.\n\nContext:\n{ctx}\n\nQuestion: {q}"])
-    return "rag", "rag", text
+    return dict(task="rag", category="rag", turns=[text])
 
 
 def rewrite(rng, ps):
@@ -151,7 +135,7 @@ def rewrite(rng, ps):
                           ("extraction", "List every person, place and number mentioned in this text:"),
                           ("extraction", "Extract the three most important facts from this text as a bullet list:"),
                           ("reasoning", "What is the weakest claim in the following text, and why?")])
-    return "multi_turn", cat, f"{ask}\n\n{p['text']}"
+    return dict(task="multi_turn", category=cat, turns=[f"{ask}\n\n{p['text']}"])
 
 
 def translation(rng, ps):
@@ -159,7 +143,7 @@ def translation(rng, ps):
     lang = pick(rng, LANGS)
     text = pick(rng, [f"Translate the following text into {lang}:\n{body}", f"Translate to {lang}: {body}",
                       f"Please translate this English text into {lang}.\n\n{body}"])
-    return "translation", "translation", text
+    return dict(task="translation", category="translation", turns=[text])
 
 
 # the eval mix holds 12 summarization, 12 rag, 16 multi-turn and 12 translation prompts; the passages carry the
@@ -171,15 +155,8 @@ def build_wide(passages: list[dict], n: int, seed: int = WIDE_SEED) -> list[dict
     """``n`` distinct prompts (ids ``wide-NNNNN``) over ``passages``, none sharing an 8-word run with the eval mix."""
     if len(passages) < 4:
         raise ValueError(f"build_wide needs at least 4 passages, got {len(passages)}")
-    rng, ev, rows, seen = random.Random(seed), eval_grams(EVAL_PATH, 8), [], set()
-    fns = [f for f, w in WIDE_GENERATORS for _ in range(w)]
-    for _ in _drawing(rows, n, f"prompts over {len(passages)} passages"):
-        task, cat, text = pick(rng, fns)(rng, passages)
-        if text in seen or grams(text, 8) & ev:
-            continue
-        seen.add(text)
-        rows.append(dict(id=f"wide-{len(rows):05d}", task=task, category=cat, turns=[text], length=length_of(text)))
-    return rows
+    return draw([(functools.partial(f, ps=passages), w) for f, w in WIDE_GENERATORS], n, seed, "wide",
+                skip=clear_of_eval(8))
 
 
 def read_jsonl(path: Path) -> list[dict]:
