@@ -87,6 +87,8 @@ def main() -> int:
         teacher = dict(set="wide", writing_tokens=info1["train_tokens"], answer_tokens=info2["train_tokens"],
                        plans=dict(writing=info1["plan"], answers=info2["plan"]))
     else:
+        if args.teacher == "wide":
+            print("--smoke trains on the pilot set's tiny plan (the wide set is hours of generation)")
         sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
         (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
         union, heldout, files = train1 + train2, val1 + val2, [TRAIN_PROMPTS, MORE_PATH]

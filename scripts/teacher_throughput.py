@@ -44,7 +44,7 @@ class _Recorder:
 
 
 @torch.inference_mode()
-def hf_teacher_batch(target, prompts, max_new_tokens, temperature, top_k_record, seed, eos_id, pad_id):
+def hf_teacher_batch(target, prompts, max_new_tokens, temperature, top_k_record, seed, eos_id, pad_id=PAD):
     """The same records from ``generate`` (left-padded batch, dynamic cache): the reference for the speed-up."""
     from transformers import LogitsProcessorList
 
@@ -91,14 +91,14 @@ def main() -> int:
     ids = {p.id: encode(pair, p) for p in sample}
     batches = {B: sorted(sample[:B], key=lambda p: (len(ids[p.id]), p.id)) for B in sizes}
     for fn in GENERATORS.values():  # warm-up
-        fn(pair.target, [ids[p.id] for p in batches[min(sizes)]][:4], 8, args.temperature, 20, 0, EOS, PAD)
+        fn(pair.target, [ids[p.id] for p in batches[min(sizes)]][:4], 8, args.temperature, 20, 0, EOS)
     cells = [("cache", B) for B in args.batch] + [("generate", B) for B in args.generate_batch]
     runs = []
     for rep in range(args.repeats):
         for g, B in cells[rep % len(cells):] + cells[:rep % len(cells)]:
             t = time.perf_counter()
             recs = GENERATORS[g](pair.target, [ids[p.id] for p in batches[B]], args.max_new_tokens,
-                                 args.temperature, 20, rep, EOS, PAD)
+                                 args.temperature, 20, rep, EOS)
             s = time.perf_counter() - t
             tokens = sum(r["response"].numel() for r in recs)
             runs.append(dict(generator=g, B=B, repeat=rep, seconds=round(s, 3), tokens=tokens,

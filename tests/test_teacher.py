@@ -33,7 +33,7 @@ def _cut(tokens, eos):
 
 
 def _teacher(pair, temperature=0.0, n=20, prompts=PROMPTS, seed=0, **kw):
-    return distill.teacher_batch(pair.target, [torch.tensor(p) for p in prompts], n, temperature, K, seed, EOS, 0, **kw)
+    return distill.teacher_batch(pair.target, [torch.tensor(p) for p in prompts], n, temperature, K, seed, EOS, **kw)
 
 
 def _greedy_mismatches(pair, **kw) -> list[int]:

@@ -56,8 +56,7 @@ def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = N
         order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))
         for b in range(0, len(order), batch):
             items = order[b:b + batch]
-            out = distill.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b,
-                                        EOS, PAD)
+            out = distill.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b, EOS)
             for r, i in zip(out, items):
                 r.update(key=prompts[i].id, mode=mode, task=prompts[i].task)
             recs += out

@@ -44,8 +44,7 @@ def commit_all(fed: list[list[int]]) -> list[int]:
 
 @torch.inference_mode()
 def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float,
-                  top_k_record: int, seed: int, eos_id: int, pad_id: int, commit=commit_all,
-                  compact_below: float = 0.75) -> list[dict]:
+                  top_k_record: int, seed: int, eos_id: int, commit=commit_all, compact_below: float = 0.75) -> list[dict]:
     """Answer a batch of prompts and return one record per prompt (responses cut after EOS).
 
     Batched decoding in one preallocated cache (:class:`~specdec_core.serving.cache.BatchLM`, each row at its own
@@ -54,8 +53,7 @@ def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temp
     short ones. Greedy rows take the argmax; sampled rows draw from ``softmax(logits / temperature)`` with one
     generator seeded by ``seed``. The recorded law is the top-``top_k_record`` of the full-vocabulary softmax of
     the raw logits (temperature 1), whatever the decoding temperature. ``commit``: how many fed tokens each row's
-    cache keeps (the tests pass a wrong one). ``pad_id`` is unused (the cache masks what a row has not written);
-    it stays for the records' callers.
+    cache keeps (the tests pass a wrong one).
     """
     from ..sampling import sample
     from ..serving.cache import BatchLM
@@ -64,22 +62,25 @@ def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temp
     gen = torch.Generator(device=lm.device).manual_seed(seed)
     logits = lm.prefill([p.tolist() for p in prompts])[:, -1]
     rows = list(range(len(prompts)))  # cache row i holds prompt rows[i]
+    live = list(rows)  # cache rows still answering
     out, idx, logp = ([[] for _ in prompts] for _ in range(3))
     for step in range(max_new_tokens):
-        live = [i for i, r in enumerate(rows) if not out[r] or out[r][-1] != eos_id]
-        if len(live) < compact_below * len(rows):  # drop finished rows: later passes cost only what answers
-            lm.cache.keep(torch.tensor(live))
-            rows, logits, live = [rows[i] for i in live], logits[live], list(range(len(live)))
         law = torch.log_softmax(logits[live].float(), -1)
         top = law.topk(top_k_record, dim=-1)
         nxt = law.argmax(-1) if temperature <= 0 else sample(torch.softmax(law / temperature, -1), gen)
-        for j, i in enumerate(live):
-            out[rows[i]].append(int(nxt[j]))
-            idx[rows[i]].append(top.indices[j].to(torch.int32))
-            logp[rows[i]].append(top.values[j].to(torch.float16))
-        if step == max_new_tokens - 1 or all(out[r][-1] == eos_id for r in rows):
+        ids, lps = top.indices.to(torch.int32), top.values.to(torch.float16)
+        for j, (i, t) in enumerate(zip(live, nxt.tolist())):
+            out[rows[i]].append(t)
+            idx[rows[i]].append(ids[j])
+            logp[rows[i]].append(lps[j])
+        live = [i for i in live if out[rows[i]][-1] != eos_id]
+        if not live or step == max_new_tokens - 1:
             break
-        fed = [[out[r][-1]] if out[r][-1] != eos_id else [] for r in rows]
+        if len(live) < compact_below * len(rows):  # drop finished rows: later passes cost only what answers
+            lm.cache.keep(torch.tensor(live))
+            rows, live = [rows[i] for i in live], list(range(len(live)))
+        going = set(live)
+        fed = [[out[r][-1]] if i in going else [] for i, r in enumerate(rows)]
         logits = lm.forward(fed, commit=commit(fed))[:, -1]
     return [dict(prompt=p.to(torch.int32), response=torch.tensor(o, dtype=torch.int32),
                  top_idx=torch.stack(i), top_logp=torch.stack(l)) for p, o, i, l in zip(prompts, out, idx, logp)]
@@ -120,7 +121,7 @@ def plan_batches(plan: TeacherPlan, keys: list[str], lengths: list[int]) -> list
 
 
 def generate_teacher_data(target, prompt_ids: list[torch.Tensor], keys: list[str], plan: TeacherPlan,
-                          cache_dir: Path, eos_id: int, pad_id: int, progress: bool = True) -> Path:
+                          cache_dir: Path, eos_id: int, progress: bool = True) -> Path:
     """Run (or resume) the plan; one ``.pt`` shard per batch, written atomically. Returns the folder.
 
     A shard that exists is never recomputed, so an interrupted run continues where it stopped.
@@ -137,7 +138,7 @@ def generate_teacher_data(target, prompt_ids: list[torch.Tensor], keys: list[str
                desc="teacher data", unit="tok", disable=not progress, smoothing=0.1)
     for b in todo:
         recs = teacher_batch(target, [prompt_ids[i] for i in b["items"]], plan.max_new_tokens, b["temperature"],
-                             plan.top_k_record, b["seed"], eos_id, pad_id)
+                             plan.top_k_record, b["seed"], eos_id)
         for r, i in zip(recs, b["items"]):
             r["key"], r["mode"] = keys[i], b["mode"]
         tmp = folder / f"{b['name']}.pt.tmp"

@@ -85,7 +85,7 @@ def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path | lis
         batch_size=recipe.gen_batch, seed=recipe.seed)
     t = time.perf_counter()
     folder = distill.generate_teacher_data(pair.target, [encode(pair, p) for p in prompts], [p.id for p in prompts],
-                                           plan, CACHE, eos_id=EOS, pad_id=PAD, progress=progress)
+                                           plan, CACHE, eos_id=EOS, progress=progress)
     recs = distill.load_teacher_data(folder)
     train = [r for r in recs if not is_val(r["key"], recipe.val_frac)]
     val = [r for r in recs if is_val(r["key"], recipe.val_frac)]
