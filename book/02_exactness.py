@@ -106,7 +106,7 @@ from scipy import stats
 
 import specdec_core as sd
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import book
+from specdec_core.study import book, report
 from specdec_core.study import exactness as ex
 from specdec_core.study import mutants as mu
 from specdec_core.verify import overlap, speculative_sample
@@ -651,5 +651,5 @@ display(Markdown(f"**This run.** {len(family)} family tests, smallest Holm-corre
          f"{tested} decided by "
          f"speculative sampling), each with Holm p > {alpha}. Greedy: {len(greedy)} runs, "
          f"{len(greedy) - len(real_g)} on the toy pair (float64, all identical) and {len(real_g)} on {real_model} "
-         f"with {n_div} near-tie divergence{'s' if n_div != 1 else ''}."))
+         f"with {report.count(n_div, 'near-tie divergence')}."))
 assert family_ok and bound.tv_upper < epsilon and calibrated.inside.all() and lossy.caught.all() and toy_ok and real_ok

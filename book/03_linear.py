@@ -363,9 +363,8 @@ for temp_ in temperatures:
         continue
     ng_wins = [t for t in a0.index if a0.loc[t, "ngram"] > a0.loc[t, "model"]]
     copy = [t for t in ("summarization", "rag") if t in a0.index]
-    n_txt = (f"{per_task_n.min()}" if per_task_n.min() == per_task_n.max() else f"{per_task_n.min()}–{per_task_n.max()}")
-    lines.append(f"- **n-gram against the trained draft (α, T = {temp_}; {n_txt} prompt{'s' if per_task_n.max() > 1 else ''} "
-                 "per task)**: the n-gram drafter's α is higher on "
+    lines.append(f"- **n-gram against the trained draft (α, T = {temp_}; "
+                 f"{report.count(per_task_n.min(), 'prompt', per_task_n.max())} per task)**: the n-gram drafter's α is higher on "
                  f"{', '.join(ng_wins) or 'no task'}" + (f" (copy-heavy tasks of the mix: {', '.join(copy)})" if copy else "")
                  + "; " + ("exactly the copy-heavy tasks." if copy and sorted(ng_wins) == sorted(copy) else
                            "so 'n-gram wins only on copy-heavy tasks' " + ("holds" if ng_wins and set(ng_wins) <= set(copy)

@@ -271,7 +271,7 @@ for i, (m, g) in enumerate(ratios.groupby("method")):  # markers only: a line wo
     ax.errorbar(g.K + 0.08 * i, g["median"], yerr=[g["median"] - g.q25, g.q75 - g["median"]], fmt="o", capsize=3, label=m)
 ax.axhline(1, color="grey", lw=1)
 ax.set(xlabel="K (draft length / block size / tree depth)", ylabel="tokens/s ÷ autoregressive (median, IQR)",
-       title=f"greedy, {len(prompts)} prompts × {repeats} repeat{'s' if repeats != 1 else ''}, {max_new_tokens} new tokens")
+       title=f"greedy, {len(prompts)} prompts × {report.count(repeats, 'repeat')}, {max_new_tokens} new tokens")
 ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
 ax.legend()
 fig.tight_layout()

@@ -216,7 +216,7 @@ losses = per_prompt.groupby(["runner", "temperature", "task", "id"]).ratio.media
 losses = losses[losses.ratio < 1].sort_values("ratio")
 n_cases = per_prompt.groupby(["runner", "temperature", "id"]).ngroups
 print(f"{len(losses)} of {n_cases} (speculative method, prompt, temperature) cases have a median ratio below 1 over "
-      f"{repeats} repeat{'s' if repeats != 1 else ''}" + (" (one run each: a ratio near 1 is as likely noise as a loss)"
+      f"{report.count(repeats, 'repeat')}" + (" (one run each: a ratio near 1 is as likely noise as a loss)"
                                                           if repeats == 1 else ""))
 cases = per_prompt.groupby(["runner", "temperature"]).id.nunique()
 worst = losses.groupby(["runner", "temperature"]).first()
@@ -304,7 +304,7 @@ else:
            "both ran the same prompts, so the difference is run-to-run timing noise: time the chapter alone")
     if lines:
         display(Markdown(f"The sweep ran {len(sweep_prompts)} prompts once, the headline {len(encoded)} prompts "
-                         f"× {repeats} repeat{'s' if repeats != 1 else ''}: where they measured the same setting (greedy),\n\n" + "\n".join(lines)
+                         f"× {report.count(repeats, 'repeat')}: where they measured the same setting (greedy),\n\n" + "\n".join(lines)
                          + (f"\n\nWhere they differ, {why}." if differ else "")))
 
 # %% [markdown]
@@ -442,7 +442,7 @@ if len(temperatures) > 1:
     lines.append(f"- **Temperature {temperatures[-1]} against {t0_}**: mean α lower for {len(lower)} of "
                  f"{int(a_t.notna().all(axis=1).sum())} methods ({', '.join(lower) or 'none'}).")
 lines.append(f"- **Losses**: {len(losses)} of {n_cases} (speculative method, prompt, temperature) cases have a median "
-             f"ratio below 1 over {repeats} repeat{'s' if repeats != 1 else ''} (the losses table, per method).")
+             f"ratio below 1 over {report.count(repeats, 'repeat')} (the losses table, per method).")
 ref_csv = Path("../data/reference/book/06_speedup/summary.csv")
 if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
     ref = pd.read_csv(ref_csv)

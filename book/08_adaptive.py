@@ -241,8 +241,7 @@ lines.append("- **From training prompts to the evaluation mix (greedy)**: " + ";
     f"{ov.loc[0.0].alpha.max():.2f}).")
 bt = by_task.reset_index(drop=True)
 worst = bt.loc[bt.groupby(["runner", "temperature"])["median"].idxmin()]
-n_txt = f"{int(bt.n.min())}" if bt.n.min() == bt.n.max() else f"{int(bt.n.min())}–{int(bt.n.max())}"
-lines.append(f"- **Weakest task per method (greedy; {n_txt} paired call{'s' if bt.n.max() > 1 else ''} per task, the "
+lines.append(f"- **Weakest task per method (greedy; {report.count(bt.n.min(), 'paired call', bt.n.max())} per task, the "
              "table below)**: " + "; ".join(f"{r.runner}: {r.task} {r.median:.2f}×"
                                              for r in worst[worst.temperature == 0.0].itertuples()) + ".")
 display(Markdown("\n".join(lines)))

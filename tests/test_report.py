@@ -47,6 +47,12 @@ def test_a_quartile_next_to_one_keeps_the_digit_that_decides_the_verdict():
     assert report.ratio_phrase_median(0.57, 0.5651, 0.5749, n=3) == "0.57× (IQR 0.565–0.575, 3 pairs): slower"
 
 
+def test_count_says_one_or_many_and_ranges():
+    assert [report.count(1, "repeat"), report.count(3, "repeat")] == ["1 repeat", "3 repeats"]
+    assert [report.count(1, "prompt", 1), report.count(1, "prompt", 2), report.count(2.0, "prompt", 2)] == \
+        ["1 prompt", "1–2 prompts", "2 prompts"]
+
+
 def test_overlap_of_interquartile_ranges():
     import pandas as pd
 

@@ -33,6 +33,12 @@ def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = N
     return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{pairs}): {said}"
 
 
+def count(n: int, noun: str, hi: int | None = None) -> str:
+    """``'1 repeat'``, ``'3 repeats'``; with ``hi``, a range: ``'1–2 prompts'`` (``'2 prompts'`` when ``hi == n``)."""
+    n, hi = int(n), int(n if hi is None else hi)
+    return f"{n if hi == n else f'{n}–{hi}'} {noun}{'s' if hi != 1 else ''}"
+
+
 def overlap(a, b) -> bool:
     """Whether two rows' interquartile ranges (``q25``, ``q75``) overlap: then their medians give no order."""
     return a.q25 <= b.q75 and b.q25 <= a.q75
@@ -48,10 +54,9 @@ def ratio_phrase(ratios, **words) -> str:
 
 
 def rivals(table, chosen) -> list:
-    """Index labels of the rows of ``table`` (columns ``q25``, ``q75``) other than ``chosen`` whose upper quartile
-    reaches the chosen row's lower quartile: a choice by median that these rows leave unresolved."""
-    others = table.drop(index=chosen)
-    return list(others.index[others.q75 >= table.loc[chosen, "q25"]])
+    """Index labels of the rows of ``table`` (columns ``q25``, ``q75``) other than ``chosen`` whose IQR overlaps the
+    chosen row's (:func:`overlap`): a choice by median that these rows leave unresolved."""
+    return [i for i, row in table.drop(index=chosen).iterrows() if overlap(row, table.loc[chosen])]
 
 
 def shown(table, digits: int = 3, blank: str = "—"):
