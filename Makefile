@@ -35,13 +35,15 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 ## make test: unit + statistical tests, then every notebook with book/params/ci.yaml
+# the tests run on TEST_WORKERS pytest-xdist workers of one thread each, a file per worker at a time (tests/conftest.py)
+TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci
 	$(PY) -m pytest -q tests/test_book_outputs.py
 
 test-fast: venv
-	$(PY) -m pytest -q tests -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests -m "not slow"
 
 ## make models: shipped drafts are used as they are; FORCE=1 retrains and compares with the shipped ones
 # each training script skips a draft whose shipped weights pass their checksum

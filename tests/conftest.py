@@ -1,6 +1,17 @@
-"""Shared fixtures. Toy pairs are float64 and tiny; the embedded model loads once per session."""
-import pytest
-import torch
+"""Shared fixtures. Toy pairs are float64 and tiny; the embedded model loads once per session (per worker).
+
+``make test`` runs the suite on two pytest-xdist workers, one file per worker at a time (``--dist loadfile``: a
+module's tests share its fixtures and cache folders), each worker on one thread: most tests are Python-bound toy
+runs that use one core anyway, and two workers of two threads each would oversubscribe the two cores.
+"""
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch starts its thread pool
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import specdec_core as sd
 
