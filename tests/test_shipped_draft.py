@@ -1,11 +1,14 @@
 """The shipped model draft (issue 4): checksums, refusal of a corrupt copy, greedy exactness with it."""
+import json
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import specdec_core as sd
+from specdec_core.study import drafteval
 from specdec_core.study import exactness as ex
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel
@@ -70,3 +73,22 @@ def test_linear_with_draft_equals_autoregressive(smol, text):
     if i is not None:
         assert ex.excused(i, gap), f"linear with the draft diverges at token {i}, not a near-tie (top-2 gap {gap})"
         warnings.warn(f"near-tie divergence at token {i}: top-2 logit gap {gap:.2e}")
+
+
+def _curve(tmp_path, teacher: dict) -> Path:
+    point = dict(layers=1, tokens=1_300_000, heldout={"all": dict(greedy_alpha=0.6)},
+                 eval={"all": dict(greedy_alpha=0.45, t1_alpha=0.4)}, eval_predicted_speedup=1.4, eval_best_k=3)
+    path = tmp_path / "draft_curve.json"
+    path.write_text(json.dumps(dict(points=[point], teacher=teacher, ship_rule="the rule",
+                                    ship_rule_choice=dict(layers=1, share=1.0, tokens=1_300_000))))
+    return path
+
+
+def test_card_names_the_curve_s_teacher_set_and_whether_its_draft_is_the_rule_s_choice(tmp_path):
+    wide = "\n".join(drafteval.curve_lines(_curve(tmp_path, dict(set="wide")), drafted=(1, 1_300_000)))
+    assert "train_wide.jsonl" in wide and "| 1 | 1300k | 0.600 | 0.450 | 0.400 | 1.40× (K = 3) |" in wide
+    assert "is that choice" in wide
+    pilot = "\n".join(drafteval.curve_lines(_curve(tmp_path, {}), drafted=(2, 94_800)))  # the first curve: no "set"
+    assert "train_more.jsonl" in pilot and "train_wide" not in pilot
+    assert "(2 layer(s), 95k tokens) is not that choice" in pilot
+    assert drafteval.curve_lines(tmp_path / "missing.json") == []

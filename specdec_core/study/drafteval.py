@@ -193,7 +193,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         *feature_draft_lines(),
         *calibration_lines(folder),
-        *curve_lines(),
+        *curve_lines(drafted=(len(rec["layers"]), tr["train_tokens"])),
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
@@ -221,8 +221,16 @@ def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
             "was measured in the same run. Retraining the draft drops the file from `SHA256SUMS`: recalibrate."]
 
 
-def curve_lines(path: Path = REF / "draft_curve.json") -> list[str]:
-    """The card's learning-curve table (``scripts/draft_curve.py``); none before that run."""
+TEACHER_SETS = {
+    "pilot": "the recipe's own answers to `train.jsonl` plus the target's answers to `train_more.jsonl`",
+    "wide": "the target's answers to every training prompt file (`train.jsonl`, `train_more.jsonl`, `train_wide.jsonl`) "
+            "and to the writing requests whose answers became the passages (`scripts/make_teacher_data.py`)",
+}
+
+
+def curve_lines(path: Path = REF / "draft_curve.json", drafted: tuple[int, int] | None = None) -> list[str]:
+    """The card's learning-curve table (``scripts/draft_curve.py``); none before that run. ``drafted``: the
+    card's draft as (trunk layers, training response tokens), to say whether it is the rule's choice."""
     if not Path(path).exists():
         return []
     cj = json.loads(Path(path).read_text())
@@ -231,15 +239,21 @@ def curve_lines(path: Path = REF / "draft_curve.json") -> list[str]:
             f"{p.get('eval_predicted_speedup', float('nan')):.2f}× (K = {p.get('eval_best_k')}) |"
             for p in sorted(cj["points"], key=lambda p: (p["layers"], p["tokens"]))]
     choice = cj["ship_rule_choice"]
+    teacher = cj.get("teacher", {}).get("set", "pilot")  # the first curve's report has no "set" key
+    if drafted is None:
+        verdict = ""
+    elif tuple(drafted) == (choice["layers"], choice["tokens"]):
+        verdict = " The draft this card describes is that choice."
+    else:
+        verdict = (f" The draft this card describes ({drafted[0]} layer(s), {drafted[1] / 1e3:.0f}k tokens) is not "
+                   "that choice.")
     return ["", "## Learning curve (`scripts/draft_curve.py`, `data/reference/draft_curve.json`; chapter 3)",
-            "The recipe on nested shares of the first training set plus `train_more.jsonl`'s answers, teacher-forced "
-            "α (greedy; T = 1 a lower bound) and the speedup Theorem 3.8 predicts from eval α with c and the verify "
-            "cost measured per depth:", "",
+            f"The recipe on nested shares of {TEACHER_SETS[teacher]}, teacher-forced α (greedy; T = 1 a lower bound) "
+            "and the speedup Theorem 3.8 predicts from eval α with c and the verify cost measured per depth:", "",
             "| layers | response tokens | held-out greedy α | eval greedy α | eval T = 1 α | predicted (eval α) |",
             "|---|---|---|---|---|---|", *rows, "",
             f"The rule fixed beforehand ({cj['ship_rule']}) picks {choice['layers']} layer(s) on "
-            f"{choice['tokens'] / 1e3:.0f}k tokens. The draft this card describes was trained on the first set alone; "
-            "none of the curve's drafts is installed."]
+            f"{choice['tokens'] / 1e3:.0f}k tokens.{verdict}"]
 
 
 def write_card(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> Path:
