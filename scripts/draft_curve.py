@@ -4,6 +4,7 @@
     python scripts/draft_curve.py --only-cached                # measure the points an interrupted run trained
     python scripts/draft_curve.py --layers 1 2 4 --shares 0.25 0.5 1
     python scripts/draft_curve.py --smoke                      # every stage at a tiny size (a minute)
+    python scripts/draft_curve.py --shares 1 --steps 5400      # the largest set trained three times as long
 
 Teacher data (``--teacher``): ``wide``, the 1 M-token set of ``scripts/make_teacher_data.py`` (run it first: about
 2 h; this script loads it from ``data/train_cache/``), or ``pilot``, the first curve's: the target's answers to the
@@ -23,7 +24,7 @@ import json
 import sys
 import time
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -57,6 +58,8 @@ def main() -> int:
                          "draft's teacher data plus --more answers to train_more.jsonl (the first curve)")
     ap.add_argument("--more", type=int, default=900, help="pilot: prompts of train_more.jsonl the target answers")
     ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="optimiser steps of every point (default: the recipe's); a point's cache folder keys on it")
     ap.add_argument("--eval-tokens", type=int, default=64)
     ap.add_argument("--cost-repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
@@ -72,6 +75,10 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     recipe = curve.SMOKE_RECIPE if args.smoke else drafts.Recipe()
+    if args.steps is not None:
+        if args.steps < 1:
+            raise SystemExit(f"--steps is a positive number of optimiser steps, got {args.steps}")
+        recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
     if args.smoke:
         args.more, args.eval_tokens, args.cost_repeats = 6, 6, 2
     out = args.out or Path("build/draft_curve_smoke.json" if args.smoke else "data/reference/draft_curve.json")
