@@ -92,3 +92,15 @@ def test_card_names_the_curve_s_teacher_set_and_whether_its_draft_is_the_rule_s_
     assert "train_more.jsonl" in pilot and "train_wide" not in pilot
     assert "(2 layer(s), 95k tokens) is not that choice" in pilot
     assert drafteval.curve_lines(tmp_path / "missing.json") == []
+
+
+def test_card_data_line_names_the_recipe_s_teacher_set():
+    cfg = json.loads((shipped.MODEL_DRAFT / "config.json").read_text())
+    first = drafteval.data_line(cfg["recipe"], cfg["training"])  # the shipped draft: the first set
+    assert first.startswith("- data: `data/prompts/train.jsonl` (900 of its prompts;") and "94800 response tokens" in first
+    plan = lambda n_g, n_s, m: dict(modes=[["greedy", 0.0, n_g], ["sample", 1.0, n_s]], max_new_tokens=m)
+    tr = dict(train_records=12000, train_tokens=1_234_567, stages=dict(writing=dict(plan=plan(900, 300, 320)),
+                                                                     answers=dict(plan=plan(6750, 2250, 128))))
+    wide = drafteval.data_line(dict(cfg["recipe"], teacher="wide"), tr)
+    assert "900 greedily and 300 at temperature 1, up to 320 tokens" in wide
+    assert "6750 greedily and 2250 at temperature 1, up to 128 tokens" in wide and "1234567 response tokens" in wide

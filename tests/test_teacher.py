@@ -105,3 +105,10 @@ def test_sampled_rows_are_seeded(toy16):
     a, b, c = (_teacher(toy16, 1.0, seed=s) for s in (3, 3, 4))
     assert all(torch.equal(x["response"], y["response"]) for x, y in zip(a, b))
     assert any(not torch.equal(x["response"], z["response"]) for x, z in zip(a, c))
+
+
+def test_an_unknown_teacher_set_is_named():
+    from specdec_core.train import drafts
+
+    with pytest.raises(ValueError, match="unknown teacher set 'wider'"):
+        drafts.teacher_data(None, drafts.Recipe(teacher="wider"))

@@ -32,7 +32,7 @@ from ..decode import generate
 from ..models import shipped
 from ..models.hub import REPO_ROOT, load_pair
 from ..train.drafts import held_out_prompts
-from . import bench, blas, theory
+from . import bench, blas, report, theory
 from .prompts import encode, load_prompts
 
 REF = REPO_ROOT / "data" / "reference"
@@ -116,6 +116,29 @@ def feature_draft_lines() -> list[str]:
     ]
 
 
+SPEED_WORDS = {"faster": "is faster than", "slower": "is slower than", "ties": "ties with",
+               "not measured": "was not timed against"}
+
+
+def data_line(rec: dict, tr: dict) -> str:
+    """The card's data bullet for the recipe's teacher set (``first`` or ``wide``)."""
+    tail = (f"{tr['train_records']} training records, {tr['train_tokens']} response tokens; {rec['val_frac']:.0%} of "
+            "the prompts held out for model selection")
+    if rec.get("teacher", "first") == "first":
+        return (f"- data: `data/prompts/train.jsonl` ({tr['plan']['modes'][0][2] + tr['plan']['modes'][1][2]} of its "
+                "prompts; built by `scripts/make_train_prompts.py` from the project's own templates × topics, disjoint "
+                f"from the eval mix); the target answers {rec['greedy_prompts']} greedily and {rec['sample_prompts']} "
+                f"others at temperature 1, up to {rec['max_new_tokens']} tokens: {tail}")
+    st = tr["stages"]
+    part = lambda i: (f"{i['plan']['modes'][0][2]} greedily and {i['plan']['modes'][1][2]} at temperature 1, up to "
+                      f"{i['plan']['max_new_tokens']} tokens")
+    return ("- data: the wide teacher set (`scripts/make_teacher_data.py`, `data/prompts/README.md`), disjoint from the "
+            f"eval mix: the target answers the writing requests of `train_writing.jsonl` ({part(st['writing'])}), whose "
+            "cleaned answers are the passages of `train_wide.jsonl`'s summaries, questions, rewrites and translations, "
+            f"then every prompt of `train.jsonl`, `train_more.jsonl` and `train_wide.jsonl` ({part(st['answers'])}): "
+            + tail)
+
+
 def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
     """The model card of the draft in ``folder`` (its config and checksums) from an :func:`evaluate` summary."""
     cfg = json.loads((folder / "config.json").read_text())
@@ -148,11 +171,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"({cfg['num_hidden_layers']} × 3.5 M parameters); embedding and head frozen",
         f"- draft vocabulary: the {rec['draft_vocab']} most frequent tokens of the target's training responses "
         f"(+ EOS); they cover {tr['vocab_coverage_val']:.1%} of held-out response tokens",
-        f"- data: `data/prompts/train.jsonl` ({tr['plan']['modes'][0][2] + tr['plan']['modes'][1][2]} of its prompts; "
-        "built by `scripts/make_train_prompts.py` from the project's own templates × topics, disjoint from the "
-        f"eval mix); the target answers {rec['greedy_prompts']} greedily and {rec['sample_prompts']} others at "
-        f"temperature 1, up to {rec['max_new_tokens']} tokens: {tr['train_records']} training records, "
-        f"{tr['train_tokens']} response tokens; {rec['val_frac']:.0%} of the prompts held out for model selection",
+        data_line(rec, tr),
         f"- loss: cross-entropy to the target's next-token law at every response position (self-distillation; "
         f"the target's top-{rec['top_k_record']} restricted to the draft vocabulary, renormalised)",
         f"- optimiser: AdamW, {json.dumps(rec['train'])}",
@@ -183,10 +202,13 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"{summary['speed']['n']} runs",
         "",
         "## Limitations (read before quoting a speedup)",
-        f"- The held-out α ({tr['val_greedy_alpha']:.2f}) comes from prompts built by the same templates as the training "
-        f"set; on the eval mix the draft reaches α {a['greedy_all']:.2f}: it generalises poorly to task types the "
-        "templates cover thinly (retrieval contexts, translation). Broader training prompts are the first lever.",
-        f"- With α this low, linear SD is {'slower' if summary['speed']['all']['median'] < 1 else 'barely faster'} than "
+        f"- The held-out α ({tr['val_greedy_alpha']:.2f}) comes from prompts "
+        + ("built by the same templates as the training set" if rec.get("teacher", "first") == "first" else
+           "of the training set's own kinds") + f"; on the eval mix the draft reaches α {a['greedy_all']:.2f}"
+        + (": it generalises poorly to task types the templates cover thinly (retrieval contexts, translation). "
+           "Broader training prompts are the first lever." if rec.get("teacher", "first") == "first" else
+           f" (lowest: {min(a['greedy'], key=a['greedy'].get)} {min(a['greedy'].values()):.2f})."),
+        f"- At α = {a['greedy_all']:.2f}, linear SD {SPEED_WORDS[report.verdict(**{k: summary['speed']['all'][k] for k in ('median', 'q25', 'q75')})]} "
         f"autoregressive decoding on a 2-core CPU. A step costs K·c + v = {step_cost:.2f} target passes (K draft "
         f"passes and one verification pass over K + 1 tokens, v = {c['verify_ratio']:.2f} one-token passes with "
         f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1 §4b) and must yield more than that many tokens to "

@@ -6,6 +6,7 @@ project's own training prompts (``data/prompts/train.jsonl``, :mod:`specdec_core
 from the eval mix) greedily and at temperature 1; a draft of ``len(layers)`` Llama layers copied from the
 target, between the target's frozen embedding and a frozen sub-head over the ``draft_vocab`` most frequent
 response tokens, is trained to match the target's next-token law (top-k KD, :mod:`specdec_core.train.distill`).
+``Recipe.teacher = "wide"`` trains on the 1 M-token set instead (:func:`teacher_data`, :mod:`specdec_core.train.wide`).
 Deterministic given the seed (on the same thread count); every stage caches under ``data/train_cache/``
 and an interrupted run resumes where it stopped. Hyperparameters were chosen on ``val_frac`` of the
 training prompts, never on the eval mix. The block draft (:mod:`specdec_core.train.block`) and the
@@ -45,6 +46,9 @@ class Recipe:
     top_k_record: int = 20  # teacher law stored as its top-k (ids + float16 log-probs)
     gen_batch: int = 32
     val_frac: float = 0.05  # held-out slice of the training prompts: model selection and the FORCE report
+    # "first": the target's answers to train.jsonl (the counts above); "wide": the 1 M-token set of
+    # scripts/make_teacher_data.py (every training prompt file and the passages' writing requests, :mod:`.wide`)
+    teacher: str = "first"
     train: distill.TrainConfig = field(default_factory=lambda: distill.TrainConfig(
         steps=1800, lr=3e-3, warmup=50, batch_tokens=2048, seed=0, ckpt_every=100))
 
@@ -92,6 +96,31 @@ def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path | lis
     info = dict(teacher_folder=str(folder.relative_to(REPO_ROOT)), teacher_seconds=round(time.perf_counter() - t, 1),
                 train_records=len(train), val_records=len(val),
                 train_tokens=sum(r["response"].numel() for r in train), plan=asdict(plan))
+    return train, val, info
+
+
+TEACHER_SETS = ("first", "wide")
+
+
+def teacher_data(pair, recipe: Recipe, progress=True) -> tuple[list[dict], list[dict], dict]:
+    """The teacher data ``recipe.teacher`` names: (train records, held-out records, info). ``info`` has
+    :func:`teacher_records`' keys; for the wide set ``plan`` is its second stage's and ``stages`` holds both."""
+    if recipe.teacher == "first":
+        return teacher_records(pair, recipe, progress)
+    if recipe.teacher != "wide":
+        raise ValueError(f"unknown teacher set {recipe.teacher!r}: one of {TEACHER_SETS}")
+    from . import wide
+
+    missing = [f for f in (wide.WRITING_PATH, *wide.ANSWER_FILES) if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"{rel(missing[0])} is missing: python scripts/make_teacher_data.py writes the wide set")
+    train, val, infos = wide.teacher_set(pair, progress)
+    keep = ("teacher_folder", "teacher_seconds", "train_records", "val_records", "train_tokens", "plan")
+    info = dict(teacher_folder=[i["teacher_folder"] for i in infos.values()],
+                teacher_seconds=round(sum(i["teacher_seconds"] for i in infos.values()), 1),
+                train_records=len(train), val_records=len(val),
+                train_tokens=sum(r["response"].numel() for r in train), plan=infos["answers"]["plan"],
+                stages={k: {f: i[f] for f in keep} for k, i in infos.items()})
     return train, val, info
 
 
@@ -143,7 +172,7 @@ def run(recipe: Recipe, out: Path | None = None, progress=True) -> tuple[DraftMo
     t0 = time.perf_counter()
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
-    train_recs, val_recs, info = teacher_records(pair, recipe, progress)
+    train_recs, val_recs, info = teacher_data(pair, recipe, progress)
     vocab = distill.choose_draft_vocab(train_recs, recipe.draft_vocab, pair.target.config.vocab_size, always=(EOS,))
     slots = distill.slot_map(vocab, pair.target.config.vocab_size)
     info["vocab_coverage_train"] = round(distill.coverage(train_recs, vocab), 4)
