@@ -79,6 +79,8 @@ def main() -> int:
         if args.steps < 1:
             raise SystemExit(f"--steps is a positive number of optimiser steps, got {args.steps}")
         recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
+    if args.teacher == "wide" and not args.smoke:
+        recipe = replace(recipe, teacher="wide")  # the report's recipe names the data its points trained on
     if args.smoke:
         args.more, args.eval_tokens, args.cost_repeats = 6, 6, 2
     out = args.out or Path("build/draft_curve_smoke.json" if args.smoke else "data/reference/draft_curve.json")
