@@ -5,6 +5,7 @@
     python scripts/draft_curve.py --layers 1 2 4 --shares 0.25 0.5 1
     python scripts/draft_curve.py --smoke                      # every stage at a tiny size (a minute)
     python scripts/draft_curve.py --shares 1 --steps 5400      # the largest set trained three times as long
+    python scripts/draft_curve.py --min-epochs 2               # at least two passes over every point's data
 
 Teacher data (``--teacher``): ``wide``, the 1 M-token set of ``scripts/make_teacher_data.py`` (run it first: about
 2 h; this script loads it from ``data/train_cache/``), or ``pilot``, the first curve's: the target's answers to the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import zlib
@@ -34,7 +36,7 @@ from specdec_core.models.hub import load_pair
 from specdec_core.study import bench, theory
 from specdec_core.study.prompts import encode, load_prompts
 from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
-from specdec_core.train import curve, drafts, wide
+from specdec_core.train import curve, distill, drafts, wide
 from specdec_core.train.drafts import CACHE
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
@@ -60,6 +62,9 @@ def main() -> int:
     ap.add_argument("--sample-frac", type=float, default=0.2, help="share of --more answered at temperature 1")
     ap.add_argument("--steps", type=int, default=None,
                     help="optimiser steps of every point (default: the recipe's); a point's cache folder keys on it")
+    ap.add_argument("--min-epochs", type=float, default=0,
+                    help="train each point for at least this many passes over its data (more steps than the "
+                         "recipe's where its data needs them: a fixed step count sees only part of a large set)")
     ap.add_argument("--eval-tokens", type=int, default=64)
     ap.add_argument("--cost-repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
@@ -111,19 +116,28 @@ def main() -> int:
     ev = curve.eval_records(pair, args.eval_tokens, recipe.gen_batch, per_task=1 if args.smoke else None,
                             cache=None if args.smoke else CACHE / f"eval-records-{args.eval_tokens}-{target_sha}.pt")
     points, depth_draft = [], {}
+
+    def plan(L: int, share: float):
+        """A point's data, steps per pass over it, recipe (the recipe's steps, or --min-epochs passes) and folder."""
+        data = curve.nested_subset(union, share)
+        per_epoch = distill.steps_per_epoch(data, recipe.train)
+        steps = max(recipe.train.steps, math.ceil(args.min_epochs * per_epoch))
+        r = replace(recipe, train=replace(recipe.train, steps=steps))
+        return data, per_epoch, r, curve.point_dir(tag, share, tuple(range(L)), r)
+
     grid = [(L, s) for L in args.layers for s in args.shares]  # in the order given: extremes first saves time
     if args.only_cached:
-        grid = [(L, s) for L, s in grid
-                if (curve.point_dir(tag, s, tuple(range(L)), recipe) / "final" / "model.safetensors").exists()]
+        grid = [(L, s) for L, s in grid if (plan(L, s)[3] / "final" / "model.safetensors").exists()]
     for i, (L, share) in enumerate(grid):
-        layers = tuple(range(L))
-        data = curve.nested_subset(union, share)
+        data, per_epoch, point_recipe, folder = plan(L, share)
         n_tok = sum(r["response"].numel() for r in data)
-        print(f"[{i + 1}/{len(grid)}] {L} layer(s), share {share:g}: {len(data)} records, {n_tok} response tokens",
-              flush=True)
-        draft, log = curve.train_point(pair, data, layers, recipe, curve.point_dir(tag, share, layers, recipe))
+        steps = point_recipe.train.steps
+        print(f"[{i + 1}/{len(grid)}] {L} layer(s), share {share:g}: {len(data)} records, {n_tok} response tokens; "
+              f"{steps} steps, {steps / per_epoch:.2f} passes over the data", flush=True)
+        draft, log = curve.train_point(pair, data, tuple(range(L)), point_recipe, folder)
         depth_draft[L] = draft
-        points.append(dict(layers=L, share=share, tokens=n_tok, records=len(data), train_seconds=log["seconds"],
+        points.append(dict(layers=L, share=share, tokens=n_tok, records=len(data), steps=steps,
+                           epochs=round(steps / per_epoch, 2), train_seconds=log["seconds"],
                            cached=log["cached"], heldout=curve.alpha_by_task(draft, heldout),
                            eval=curve.alpha_by_task(draft, ev)))
     old = shipped.load_model_draft(pair.target)

@@ -273,9 +273,19 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def record_lengths(records: list[dict]) -> list[int]:
+    """The length of each record's training sequence (``prompt + response[:-1]``, :func:`collate`)."""
+    return [len(r["prompt"]) + len(r["response"]) - 1 for r in records]
+
+
+def steps_per_epoch(records: list[dict], cfg: TrainConfig) -> int:
+    """Optimiser steps in one pass over ``records``: the batches :func:`batch_schedule` cuts for an epoch."""
+    return len(make_batches(record_lengths(records), cfg.batch_tokens, cfg.seed, 0))
+
+
 def batch_schedule(records: list[dict], cfg: TrainConfig) -> list[list[int]]:
     """The whole run's batches (epochs concatenated), a pure function of the records and the seed."""
-    lengths = [len(r["prompt"]) + len(r["response"]) - 1 for r in records]
+    lengths = record_lengths(records)
     out, epoch = [], 0
     while len(out) < cfg.steps:
         out += make_batches(lengths, cfg.batch_tokens, cfg.seed, epoch)
