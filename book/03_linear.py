@@ -242,7 +242,8 @@ display(ratios.round(3))
 # ## What more data buys: the draft's learning curve
 # α is a property of the draft's weights, and the draft learned from the target's own answers to the project's
 # training prompts. `scripts/draft_curve.py` retrains the shipped recipe (same architecture, vocabulary size,
-# optimiser, steps and seed) on nested shares of a larger teacher set, at the trunk depths it is given, and
+# optimiser and seed; its steps, or more where `--min-epochs` asks for passes over a larger share: the table
+# gives each point's steps and passes over its data) on nested shares of a larger teacher set, at the trunk depths it is given, and
 # measures each draft teacher-forced: greedy α (the draft's argmax against the target's on the target's greedy
 # answers) and T = 1 α (Σ min(p, q), a lower bound), on held-out training prompts and on the evaluation mix,
 # plus c per depth, timed alone. Each point's α then predicts a speedup at its best K (the theory with the
@@ -265,6 +266,13 @@ else:
                                  best_k=p.get(f"{where}_best_k")))
     lc = pd.DataFrame(rows)
     ch.save(lc, "learning_curve")
+    # one row per point: its training (the first curve's report has no per-point steps: the recipe's) and α
+    pts = pd.DataFrame([dict(layers=p["layers"], tokens=p["tokens"], steps=p.get("steps", cj["recipe"]["train"]["steps"]),
+                             passes=p.get("epochs", np.nan), heldout_greedy=p["heldout"]["all"]["greedy_alpha"],
+                             eval_greedy=p["eval"]["all"]["greedy_alpha"], eval_t1=p["eval"]["all"]["t1_alpha"],
+                             predicted=p.get("eval_predicted_speedup", np.nan), best_k=p.get("eval_best_k", np.nan))
+                        for p in cj["points"]]).sort_values(["layers", "tokens"])
+    display(report.shown(pts))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ev_ = lc[lc["where"] == "eval"].assign(depth=lambda d: d.layers.astype(str) + " layer(s)")
     # points for every measurement; a line only through a series of two or more (one point is not a trend)
