@@ -92,11 +92,8 @@ def main() -> int:
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
     if args.teacher == "wide" and not args.smoke:
-        missing = [f for f in (wide.WRITING_PATH, *wide.ANSWER_FILES) if not f.exists()]
-        if missing:
-            raise SystemExit(f"{missing[0]} is missing: python scripts/make_teacher_data.py writes the wide set")
-        union, heldout, infos = wide.teacher_set(pair)
-        info1, info2 = infos["writing"], infos["answers"]
+        union, heldout, info = drafts.teacher_data(pair, recipe)  # the recipe names the wide set
+        info1, info2 = info["stages"]["writing"], info["stages"]["answers"]
         files = [wide.WRITING_PATH, *wide.ANSWER_FILES]
         teacher = dict(set="wide", writing_tokens=info1["train_tokens"], answer_tokens=info2["train_tokens"],
                        plans=dict(writing=info1["plan"], answers=info2["plan"]))
@@ -117,24 +114,25 @@ def main() -> int:
                             cache=None if args.smoke else CACHE / f"eval-records-{args.eval_tokens}-{target_sha}.pt")
     points, depth_draft = [], {}
 
-    def plan(L: int, share: float):
-        """A point's data, steps per pass over it, recipe (the recipe's steps, or --min-epochs passes) and folder."""
+    def share_plan(share: float):
+        """A share's data, steps per pass over it and recipe (the recipe's steps, or --min-epochs passes)."""
         data = curve.nested_subset(union, share)
         per_epoch = distill.steps_per_epoch(data, recipe.train)
         steps = max(recipe.train.steps, math.ceil(args.min_epochs * per_epoch))
-        r = replace(recipe, train=replace(recipe.train, steps=steps))
-        return data, per_epoch, r, curve.point_dir(tag, share, tuple(range(L)), r)
+        return data, per_epoch, replace(recipe, train=replace(recipe.train, steps=steps))
 
+    shares = {s: share_plan(s) for s in args.shares}
+    folder = lambda L, s: curve.point_dir(tag, s, tuple(range(L)), shares[s][2])
     grid = [(L, s) for L in args.layers for s in args.shares]  # in the order given: extremes first saves time
     if args.only_cached:
-        grid = [(L, s) for L, s in grid if (plan(L, s)[3] / "final" / "model.safetensors").exists()]
+        grid = [(L, s) for L, s in grid if (folder(L, s) / "final" / "model.safetensors").exists()]
     for i, (L, share) in enumerate(grid):
-        data, per_epoch, point_recipe, folder = plan(L, share)
+        data, per_epoch, point_recipe = shares[share]
         n_tok = sum(r["response"].numel() for r in data)
         steps = point_recipe.train.steps
         print(f"[{i + 1}/{len(grid)}] {L} layer(s), share {share:g}: {len(data)} records, {n_tok} response tokens; "
               f"{steps} steps, {steps / per_epoch:.2f} passes over the data", flush=True)
-        draft, log = curve.train_point(pair, data, tuple(range(L)), point_recipe, folder)
+        draft, log = curve.train_point(pair, data, tuple(range(L)), point_recipe, folder(L, share))
         depth_draft[L] = draft
         points.append(dict(layers=L, share=share, tokens=n_tok, records=len(data), steps=steps,
                            epochs=round(steps / per_epoch, 2), train_seconds=log["seconds"],

@@ -243,7 +243,7 @@ def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
             "was measured in the same run. Retraining the draft drops the file from `SHA256SUMS`: recalibrate."]
 
 
-TEACHER_SETS = {
+CURVE_SETS = {  # draft_curve.py --teacher (the recipe's own names are drafts.TEACHER_SETS)
     "pilot": "the recipe's own answers to `train.jsonl` plus the target's answers to `train_more.jsonl`",
     "wide": "the target's answers to every training prompt file (`train.jsonl`, `train_more.jsonl`, `train_wide.jsonl`) "
             "and to the writing requests whose answers became the passages (`scripts/make_teacher_data.py`)",
@@ -270,7 +270,7 @@ def curve_lines(path: Path = REF / "draft_curve.json", drafted: tuple[int, int] 
         verdict = (f" The draft this card describes ({drafted[0]} layer(s), {drafted[1] / 1e3:.0f}k tokens) is not "
                    "that choice.")
     return ["", "## Learning curve (`scripts/draft_curve.py`, `data/reference/draft_curve.json`; chapter 3)",
-            f"The recipe on nested shares of {TEACHER_SETS[teacher]}, teacher-forced α (greedy; T = 1 a lower bound) "
+            f"The recipe on nested shares of {CURVE_SETS[teacher]}, teacher-forced α (greedy; T = 1 a lower bound) "
             "and the speedup Theorem 3.8 predicts from eval α with c and the verify cost measured per depth:", "",
             "| layers | response tokens | held-out greedy α | eval greedy α | eval T = 1 α | predicted (eval α) |",
             "|---|---|---|---|---|---|", *rows, "",

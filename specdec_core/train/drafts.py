@@ -111,9 +111,6 @@ def teacher_data(pair, recipe: Recipe, progress=True) -> tuple[list[dict], list[
         raise ValueError(f"unknown teacher set {recipe.teacher!r}: one of {TEACHER_SETS}")
     from . import wide
 
-    missing = [f for f in (wide.WRITING_PATH, *wide.ANSWER_FILES) if not f.exists()]
-    if missing:
-        raise FileNotFoundError(f"{rel(missing[0])} is missing: python scripts/make_teacher_data.py writes the wide set")
     train, val, infos = wide.teacher_set(pair, progress)
     keep = ("teacher_folder", "teacher_seconds", "train_records", "val_records", "train_tokens", "plan")
     info = dict(teacher_folder=[i["teacher_folder"] for i in infos.values()],

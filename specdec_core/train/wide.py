@@ -178,6 +178,9 @@ def stage(pair, files, max_new_tokens: int, batch: int = BATCH, sample_frac: flo
 
 def teacher_set(pair, progress: bool = True) -> tuple[list[dict], list[dict], dict]:
     """Both stages with the committed prompt files and the plan above: (train, held-out, info per stage)."""
+    missing = [f for f in (WRITING_PATH, *ANSWER_FILES) if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"{missing[0]} is missing: python scripts/make_teacher_data.py writes the wide set")
     t1, v1, i1 = stage(pair, [WRITING_PATH], WRITING_TOKENS, progress=progress)
     t2, v2, i2 = stage(pair, ANSWER_FILES, ANSWER_TOKENS, progress=progress)
     return t1 + t2, v1 + v2, dict(writing=i1, answers=i2)
