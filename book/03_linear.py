@@ -319,14 +319,15 @@ if curve_path.exists():
             continue
         slope, icpt = np.polyfit(np.log2(g.tokens), g.alpha, 1)
         gains = np.diff(g.alpha.values) / np.diff(np.log2(g.tokens.values))
-        at_1m = slope * np.log2(1e6) + icpt
+        far = 10 * g.tokens.max()  # ten times the largest size measured: beyond the data, a hypothesis
+        at_far = slope * np.log2(far) + icpt
         lines.append(f"- **{L} layer(s)**: α " + " → ".join(f"{a:.3f}" for a in g.alpha) + " at "
                      + ", ".join(f"{t / 1e3:.0f}k" for t in g.tokens) + " tokens; "
                      + f"{slope:+.3f} per doubling on a log-linear fit"
                      + (f" (first doubling {gains[0]:+.3f}, last {gains[-1]:+.3f}: "
                         + ("flattening" if gains[-1] < 0.5 * gains[0] else "not flattening") + " over this range)"
                         if len(gains) > 1 else " (two sizes: a slope, not a shape)")
-                     + f"; extrapolated to 1 M tokens, α ≈ {at_1m:.2f} (a hypothesis). "
+                     + f"; extrapolated to {far / 1e6:.1f} M tokens, α ≈ {at_far:.2f} (a hypothesis). "
                      f"Predicted speedup at the largest size: {g.predicted.iloc[-1]:.2f}× at K = {int(g.best_k.iloc[-1])} "
                      f"(c = {cj['costs'][str(L)]['c']:.3f}).")
     choice = cj["ship_rule_choice"]
