@@ -94,7 +94,7 @@ def main() -> int:
     if args.teacher == "wide" and not args.smoke:
         union, heldout, info = drafts.teacher_data(pair, recipe)  # the recipe names the wide set
         info1, info2 = info["stages"]["writing"], info["stages"]["answers"]
-        files = [wide.WRITING_PATH, *wide.ANSWER_FILES]
+        files = wide.PROMPT_FILES
         teacher = dict(set="wide", writing_tokens=info1["train_tokens"], answer_tokens=info2["train_tokens"],
                        plans=dict(writing=info1["plan"], answers=info2["plan"]))
     else:
@@ -115,20 +115,21 @@ def main() -> int:
     points, depth_draft = [], {}
 
     def share_plan(share: float):
-        """A share's data, steps per pass over it and recipe (the recipe's steps, or --min-epochs passes)."""
+        """A share's data, its response tokens, steps per pass over it and recipe (the recipe's steps, or
+        --min-epochs passes)."""
         data = curve.nested_subset(union, share)
+        n_tok = sum(r["response"].numel() for r in data)
         per_epoch = distill.steps_per_epoch(data, recipe.train)
         steps = max(recipe.train.steps, math.ceil(args.min_epochs * per_epoch))
-        return data, per_epoch, replace(recipe, train=replace(recipe.train, steps=steps))
+        return data, n_tok, per_epoch, replace(recipe, train=replace(recipe.train, steps=steps))
 
     shares = {s: share_plan(s) for s in args.shares}
-    folder = lambda L, s: curve.point_dir(tag, s, tuple(range(L)), shares[s][2])
+    folder = lambda L, s: curve.point_dir(tag, s, tuple(range(L)), shares[s][3])
     grid = [(L, s) for L in args.layers for s in args.shares]  # in the order given: extremes first saves time
     if args.only_cached:
         grid = [(L, s) for L, s in grid if (folder(L, s) / "final" / "model.safetensors").exists()]
     for i, (L, share) in enumerate(grid):
-        data, per_epoch, point_recipe = shares[share]
-        n_tok = sum(r["response"].numel() for r in data)
+        data, n_tok, per_epoch, point_recipe = shares[share]
         steps = point_recipe.train.steps
         print(f"[{i + 1}/{len(grid)}] {L} layer(s), share {share:g}: {len(data)} records, {n_tok} response tokens; "
               f"{steps} steps, {steps / per_epoch:.2f} passes over the data", flush=True)

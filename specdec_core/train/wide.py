@@ -31,6 +31,7 @@ PASSAGES_PATH = REPO_ROOT / "data" / "prompts" / "passages.jsonl"
 WIDE_PATH = REPO_ROOT / "data" / "prompts" / "train_wide.jsonl"
 WRITING_SEED, WIDE_SEED = 20261201, 20261202
 ANSWER_FILES = (TRAIN_PATH, MORE_PATH, WIDE_PATH)  # stage 2 answers every prompt of these
+PROMPT_FILES = (WRITING_PATH, *ANSWER_FILES)  # every prompt file the wide set answers (both stages)
 # the set's plan (part of its cache key: changing one regenerates that stage): rows per batch (the fastest of
 # scripts/teacher_throughput.py here), the share answered at temperature 1, each stage's token budget
 BATCH, SAMPLE_FRAC, WRITING_TOKENS, ANSWER_TOKENS = 64, 0.25, 320, 128
@@ -178,7 +179,7 @@ def stage(pair, files, max_new_tokens: int, batch: int = BATCH, sample_frac: flo
 
 def teacher_set(pair, progress: bool = True) -> tuple[list[dict], list[dict], dict]:
     """Both stages with the committed prompt files and the plan above: (train, held-out, info per stage)."""
-    missing = [f for f in (WRITING_PATH, *ANSWER_FILES) if not f.exists()]
+    missing = [f for f in PROMPT_FILES if not f.exists()]
     if missing:
         raise FileNotFoundError(f"{missing[0]} is missing: python scripts/make_teacher_data.py writes the wide set")
     t1, v1, i1 = stage(pair, [WRITING_PATH], WRITING_TOKENS, progress=progress)
