@@ -10,7 +10,7 @@
 Teacher data (``--teacher``): ``wide``, the 1 M-token set of ``scripts/make_teacher_data.py`` (run it first: about
 2 h; this script loads it from ``data/train_cache/``), or ``pilot``, the first curve's: the target's answers to the
 shipped draft's training prompts and to ``--more`` prompts of ``data/prompts/train_more.jsonl`` (generated here when
-missing, about 25 min). Each point is the shipped recipe (:class:`specdec_core.train.drafts.Recipe`) with its trunk cut to the first
+missing, about 25 min). Each point is the first draft's recipe (:data:`specdec_core.train.drafts.FIRST`) with its trunk cut to the first
 ``L`` target layers, trained on a nested share of the union (:mod:`specdec_core.train.curve`); each training is
 cached and resumes after an interruption. Then, alone: the draft pass's cost c per depth and the target's verify
 ratios (:func:`specdec_core.study.bench.pass_costs`), so that each point's α predicts a speedup at its best K
@@ -79,7 +79,7 @@ def main() -> int:
         raise SystemExit(f"--layers are trunk depths in 1..30 (the target's layers), got {args.layers}")
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.Recipe()
+    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.FIRST  # the curve's base: only data and depth change
     if args.steps is not None:
         if args.steps < 1:
             raise SystemExit(f"--steps is a positive number of optimiser steps, got {args.steps}")

@@ -53,13 +53,13 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     t0 = time.perf_counter()
-    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.Recipe()
+    recipe = curve.SMOKE_RECIPE if args.smoke else drafts.FIRST
     if args.smoke:
         args.more, args.eval_tokens = 6, 6
     args.out = args.out or Path("build/pilot_smoke.json" if args.smoke else "data/reference/draft_pilot_more.json")
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
-    # 1. the shipped recipe's teacher data, then the target's answers to the new prompts
+    # 1. the first recipe's teacher data, then the target's answers to the new prompts
     sets = curve.teacher_sets(pair, recipe, args.more, args.sample_frac)
     (train1, val1, info1), (train2, val2, info2) = sets["first"], sets["more"]
     n_sample = info2["plan"]["modes"][1][2]

@@ -7,9 +7,9 @@
    into matmuls, attention, the draft head's full-vocabulary scatter, and the rest (Python, HF module glue,
    norms, rotary, cache writes).
 2. One interleaved timing (:func:`~specdec_core.study.profiling.time_interleaved`) of the target pass and of
-   draft variants built from the shipped draft's own weights: as shipped (2 layers, 8192-token head, full
+   draft variants built from the shipped draft's own weights: as shipped (its trunk, 8192-token head, full
    vocabulary out), the same with the head's logits returned over the draft vocabulary only (no scatter), one
-   trunk layer, and a 4096-token head (every other token of its vocabulary: the time, not the choice, matters). c = draft ÷ target (1 token), medians with IQR. α of the variants is not
+   trunk layer (the same as shipped for a 1-layer draft), and a 4096-token head (every other token of its vocabulary: the time, not the choice, matters). c = draft ÷ target (1 token), medians with IQR. α of the variants is not
    measured here (the learning curve, ``scripts/draft_curve.py``, trains 1-layer drafts); this is what each cut
    saves, not whether it pays.
 """

@@ -2,6 +2,7 @@
 import json
 import shutil
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from specdec_core.study import drafteval
 from specdec_core.study import exactness as ex
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel
+from specdec_core.train import drafts
 
 pytestmark = pytest.mark.slow
 
@@ -95,12 +97,25 @@ def test_card_names_the_curve_s_teacher_set_and_whether_its_draft_is_the_rule_s_
 
 
 def test_card_data_line_names_the_recipe_s_teacher_set():
-    cfg = json.loads((shipped.MODEL_DRAFT / "config.json").read_text())
-    first = drafteval.data_line(cfg["recipe"], cfg["training"])  # the shipped draft: the first set
-    assert first.startswith("- data: `data/prompts/train.jsonl` (900 of its prompts;") and "94800 response tokens" in first
     plan = lambda n_g, n_s, m: dict(modes=[["greedy", 0.0, n_g], ["sample", 1.0, n_s]], max_new_tokens=m)
+    first = drafteval.data_line(asdict(drafts.FIRST), dict(train_records=855, train_tokens=94_800,
+                                                          plan=plan(700, 200, 128)))
+    assert first.startswith("- data: `data/prompts/train.jsonl` (900 of its prompts;") and "94800 response tokens" in first
+    assert "train_wide" not in first
     tr = dict(train_records=12000, train_tokens=1_234_567, stages=dict(writing=dict(plan=plan(900, 300, 320)),
                                                                      answers=dict(plan=plan(6750, 2250, 128))))
-    wide = drafteval.data_line(dict(cfg["recipe"], teacher="wide"), tr)
+    wide = drafteval.data_line(asdict(drafts.Recipe()), tr)  # the shipped recipe: the wide set
     assert "900 greedily and 300 at temperature 1, up to 320 tokens" in wide
     assert "6750 greedily and 2250 at temperature 1, up to 128 tokens" in wide and "1234567 response tokens" in wide
+
+
+def test_install_copies_the_draft_and_drops_the_replaced_weights_calibration(tmp_path):
+    src, dest = tmp_path / "new", tmp_path / "shipped"
+    src.mkdir(), dest.mkdir()
+    for name in (*shipped.REQUIRED, shipped.SUMS):
+        (src / name).write_text(f"new {name}")
+        (dest / name).write_text(f"old {name}")
+    (dest / "confidence.json").write_text("{}")  # calibrated for the old weights
+    drafts.install(src, dest)
+    assert all((dest / n).read_text() == f"new {n}" for n in (*shipped.REQUIRED, shipped.SUMS))
+    assert not (dest / "confidence.json").exists()

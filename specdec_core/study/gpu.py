@@ -319,7 +319,7 @@ def cpu_alpha(root: Path | None = None) -> dict:
 
 def pair_models(run: Run):
     """The embedded pair's shapes with random target weights: the 135M-shaped target and the shipped draft's trunk
-    on top of it (its 2 layers and 8,192-token head; timing does not depend on the values). Smoke runs: a tiny
+    on top of it (its trunk and 8,192-token head; timing does not depend on the values). Smoke runs: a tiny
     target and a one-layer draft copied from it."""
     from ..models.draft import DraftModel
 

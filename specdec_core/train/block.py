@@ -35,7 +35,7 @@ from ..study.bench import proposal_timer
 from ..study.prompts import encode, load_prompts
 from ..tree import attention_bias
 from . import distill
-from .drafts import CACHE, EOS, PAD, Recipe, mean_tail, teacher_records
+from .drafts import CACHE, EOS, FIRST, PAD, Recipe, mean_tail, teacher_records
 
 
 def block_batch(lengths: list[int], anchors: list[list[int]], K: int, V: int) -> dict:
@@ -210,7 +210,7 @@ def run(recipe: BlockRecipe, progress=True) -> tuple[BlockDraftModel, dict]:
     t0 = time.perf_counter()
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
-    train_recs, val_recs, info = teacher_records(pair, Recipe(), progress)
+    train_recs, val_recs, info = teacher_records(pair, FIRST, progress)  # the first draft's data
     base, init = init_draft(pair, train_recs)
     slots = distill.slot_map(base.vocab, pair.target.config.vocab_size)
     model = BlockDraftModel.from_draft(base, recipe.max_block, seed=recipe.seed).train().requires_grad_(True)

@@ -1,6 +1,6 @@
-"""The draft's learning curve: the shipped recipe at several data sizes and trunk depths, measured teacher-forced.
+"""The draft's learning curve: the first draft's recipe at several data sizes and trunk depths, measured teacher-forced.
 
-Data: the target's answers to the first training set (``data/prompts/train.jsonl``, the shipped draft's) and to
+Data: the target's answers to the first training set (``data/prompts/train.jsonl``, the first draft's) and to
 ``data/prompts/train_more.jsonl`` (:func:`specdec_core.train.drafts.teacher_records`, cached). A size is a
 *nested* subset of their union: records in a fixed pseudo-random order (a hash of the prompt id and mode), taken
 until the size's share of the response tokens, so every smaller set lies inside every larger one and the sets

@@ -2,11 +2,15 @@
 ``scripts/train_drafts.py``, what ``make models`` runs).
 
 Recipe (:class:`Recipe`, the only place its defaults live): self-distillation. The target answers the
-project's own training prompts (``data/prompts/train.jsonl``, :mod:`specdec_core.train.prompts`, disjoint
-from the eval mix) greedily and at temperature 1; a draft of ``len(layers)`` Llama layers copied from the
-target, between the target's frozen embedding and a frozen sub-head over the ``draft_vocab`` most frequent
-response tokens, is trained to match the target's next-token law (top-k KD, :mod:`specdec_core.train.distill`).
-``Recipe.teacher = "wide"`` trains on the 1 M-token set instead (:func:`teacher_data`, :mod:`specdec_core.train.wide`).
+project's own training prompts (disjoint from the eval mix) greedily and at temperature 1; a draft of
+``len(layers)`` Llama layers copied from the target, between the target's frozen embedding and a frozen
+sub-head over the ``draft_vocab`` most frequent response tokens, is trained to match the target's next-token
+law (top-k KD, :mod:`specdec_core.train.distill`). The shipped draft trains on the wide set
+(``teacher="wide"``: 1.17 M training response tokens over every task type, :mod:`specdec_core.train.wide`)
+with two layers for two passes: the point of the learning curve (``scripts/draft_curve.py``,
+``data/reference/draft_curve.json``) that the rule fixed before the eval mix was read chose. :data:`FIRST` is
+the first draft's recipe (``data/prompts/train.jsonl`` only, 1800 steps): the base of the learning curve and of
+the experiments that compare with it.
 Deterministic given the seed (on the same thread count); every stage caches under ``data/train_cache/``
 and an interrupted run resumes where it stopped. Hyperparameters were chosen on ``val_frac`` of the
 training prompts, never on the eval mix. The block draft (:mod:`specdec_core.train.block`) and the
@@ -48,9 +52,10 @@ class Recipe:
     val_frac: float = 0.05  # held-out slice of the training prompts: model selection and the FORCE report
     # "first": the target's answers to train.jsonl (the counts above); "wide": the 1 M-token set of
     # scripts/make_teacher_data.py (every training prompt file and the passages' writing requests, :mod:`.wide`)
-    teacher: str = "first"
+    teacher: str = "wide"
+    # 3006 steps of 2048 padded tokens: two passes over the wide set (distill.steps_per_epoch), as its curve point
     train: distill.TrainConfig = field(default_factory=lambda: distill.TrainConfig(
-        steps=1800, lr=3e-3, warmup=50, batch_tokens=2048, seed=0, ckpt_every=100))
+        steps=3006, lr=3e-3, warmup=50, batch_tokens=2048, seed=0, ckpt_every=100))
 
     def key(self) -> str:
         return f"{zlib.crc32(json.dumps(asdict(self), sort_keys=True).encode()):08x}"
@@ -58,6 +63,12 @@ class Recipe:
     def out_dir(self) -> Path:
         """Where :func:`run` trains (resumable) and leaves the result (``final/``)."""
         return CACHE / f"draft-{self.key()}"
+
+
+# the first shipped draft's recipe (95 k response tokens of train.jsonl, 1800 steps): the learning curve's base
+# (its points change only the data, steps and layers) and the feature and block experiments' data
+FIRST = Recipe(teacher="first", train=distill.TrainConfig(
+    steps=1800, lr=3e-3, warmup=50, batch_tokens=2048, seed=0, ckpt_every=100))
 
 
 def is_val(prompt_id: str, frac: float) -> bool:
@@ -235,10 +246,15 @@ def format_comparison(cmp: dict | None) -> str:
 
 
 def install(src: Path, dest: Path, names=shipped.REQUIRED) -> None:
-    """Copy a trained draft's ``names`` and its ``SHA256SUMS`` from ``src`` into the shipped folder ``dest``."""
+    """Copy a trained draft's ``names`` and its ``SHA256SUMS`` from ``src`` into the shipped folder ``dest``; a
+    confidence calibration there belonged to the replaced weights and is removed (scripts/calibrate_confidence.py
+    makes the new draft's)."""
+    from ..adaptive.calibrate import CALIBRATION
+
     dest.mkdir(parents=True, exist_ok=True)
     for name in (*names, shipped.SUMS):
         shutil.copy2(src / name, dest / name)
+    (dest / CALIBRATION).unlink(missing_ok=True)
 
 
 def rel(path: Path) -> Path:

@@ -15,7 +15,7 @@ trained on the same self-distillation records as the shipped draft (the teacher 
 KD loss, plus a smooth-L1 pull of h_t towards f_{t+1} so that h_t can stand in for the target's feature at
 the next draft step (EAGLE-1's recipe). Variant ``two_step`` also trains the second step on the draft's own
 first-step output (EAGLE-3's "training-time test"); variant ``features_zeroed`` is the ablation. Trunk,
-optimiser, steps and seed are the shipped draft's (:class:`specdec_core.train.drafts.Recipe`). The features
+optimiser, steps and seed are the first draft's (:data:`specdec_core.train.drafts.FIRST`). The features
 are recomputed teacher-forced with the target's public forward (``output_hidden_states=True``) and cached
 beside the teacher data.
 
@@ -44,7 +44,7 @@ from ..models.draft import DraftModel
 from ..models.hub import REPO_ROOT, load_pair
 from ..tree import attention_bias
 from . import distill
-from .drafts import CACHE, PAD, Recipe, mean_tail, teacher_records
+from .drafts import CACHE, FIRST, PAD, mean_tail, teacher_records
 
 OUT = REPO_ROOT / "data" / "reference" / "feature_draft.json"
 # name -> (features zeroed, second step trained on the draft's own output)
@@ -214,9 +214,9 @@ def run(variants=tuple(VARIANTS), steps: int = 0, layers: int = 1, init_layer: i
         progress: bool = True, log: Callable[[str], None] = lambda line: None) -> dict:
     """The experiment: the shipped draft's chain acceptance, then each of ``variants`` (names of
     :data:`VARIANTS`) trained (resumably, under ``data/train_cache/feature-*``) and measured. ``steps`` 0: the
-    shipped recipe's. ``log`` receives one line per measured draft. Returns what ``feature_draft.json`` holds."""
+    first recipe's. ``log`` receives one line per measured draft. Returns what ``feature_draft.json`` holds."""
     t0 = time.perf_counter()
-    recipe = Recipe()
+    recipe = FIRST  # the first draft's data and optimiser: the experiment compares with it
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
     train_recs, val_recs, info = teacher_records(pair, recipe, progress)
