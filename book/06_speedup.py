@@ -30,9 +30,10 @@ max_new_tokens = 64
 repeats = 2                   # interleaved repeats of the headline run
 temperatures = [0.0, 1.0]     # headline runs; 0 means greedy
 # headline methods: name -> generate() arguments (drafter is a key of pair.drafters; tree: "default" or a Dynamic
-# spec; confidence "auto": chapter 8's stop with the θ stored with the draft, chosen on training prompts)
+# spec; confidence "auto": chapter 8's stop with the θ stored with the draft, chosen on training prompts; k "auto":
+# the best fixed K stored with the draft, chosen on the same training prompts)
 methods = {
-    "linear (draft model)": {"method": "linear", "drafter": "model", "k": 4},
+    "linear (draft model)": {"method": "linear", "drafter": "model", "k": "auto"},
     "linear (n-gram)": {"method": "linear", "drafter": "ngram", "k": 4},
     "tree (draft model)": {"method": "tree", "drafter": "model", "k": 4, "tree": "default"},
     "parallel (block)": {"method": "parallel", "drafter": "block", "k": 6},
@@ -95,14 +96,17 @@ def runnable(spec: dict) -> str | None:
         return f"no {spec['drafter']!r} drafter"
     if spec.get("confidence") == "auto" and spec["method"] not in pair.drafters[spec["drafter"]].calibrated:
         return "no θ stored with the draft (scripts/calibrate_confidence.py)"
+    if spec.get("k") == "auto" and getattr(pair.drafters[spec["drafter"]], "calibration", None) is None:
+        return "no K stored with the draft (scripts/calibrate_confidence.py)"
     return None
 
 
 for name in [n for n, spec in methods.items() if runnable(spec)]:
     print(f"skipped {name}: {runnable(methods.pop(name))}")
+methods = {name: bench.stored_k(pair, spec) for name, spec in methods.items()}  # "k": "auto" → the stored K
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)
-print("methods:", ", ".join(methods))
+print("methods:", ", ".join(f"{name} (K = {spec['k']})" for name, spec in methods.items()))
 
 
 def our_runner(kw, temperature):

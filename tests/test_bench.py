@@ -62,3 +62,13 @@ def test_pooled_alpha_sums_before_dividing():
     got = bench.pooled_alpha(df)
     assert got["a"] == 0.5 and got["b"] == 0.0
     assert bench.pooled_alpha(df, ["runner", "task"])[("a", "x")] == 0.75
+
+
+def test_stored_k_reads_the_draft_s_calibrated_fixed_k_and_refuses_without_one():
+    toy = sd.toy_pair(vocab_size=16, seed=0)
+    spec = {"method": "linear", "drafter": "model", "k": "auto"}
+    with pytest.raises(ValueError, match="no K stored|none"):
+        bench.stored_k(toy, spec)  # a toy draft has no confidence.json
+    toy.drafters["model"].calibration = {"fixed_k": 3, "theta": {}, "method": "linear"}
+    assert bench.stored_k(toy, spec) == dict(spec, k=3) and spec["k"] == "auto"  # a copy: the parameter stays
+    assert bench.stored_k(toy, dict(spec, k=5))["k"] == 5  # a number is kept

@@ -127,6 +127,19 @@ def method_kwargs(pair, spec: dict, k: int | None = None) -> dict:
     return kw
 
 
+def stored_k(pair, spec: dict) -> dict:
+    """``spec`` with ``"k": "auto"`` replaced by the fixed K stored with the pair's model draft (``fixed_k`` of its
+    ``confidence.json``: the best fixed K on held-out training prompts, ``scripts/calibrate_confidence.py``);
+    other specs unchanged. Raises ``ValueError`` when nothing is stored."""
+    if spec.get("k") != "auto":
+        return spec
+    rec = getattr(pair.drafters.get("model"), "calibration", None)
+    if rec is None:
+        raise ValueError('"k": "auto" reads the fixed K stored with the model draft, and this pair has none '
+                         "(scripts/calibrate_confidence.py writes it); give a number instead")
+    return dict(spec, k=int(rec["fixed_k"]))
+
+
 def step_table(stats, **meta) -> pd.DataFrame:
     """One row per decoding step of a run (:class:`~specdec_core.record.Stats`): ``step``, ``accepted``,
     ``proposed`` (tokens the verifier tested), ``drafted`` (tokens or nodes in the verify pass), ``last``
