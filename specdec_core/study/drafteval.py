@@ -104,14 +104,14 @@ def feature_draft_lines() -> list[str]:
     chain = lambda x: x["alpha_1"] * (1 + x["alpha_2_given_1"])  # expected accepted of the first two positions
     sh = r["shipped"]
     parts = [f"{label} {r[k]['alpha_1']:.2f} / {r[k]['alpha_2_given_1']:.2f}"
-             for k, label in {"shipped": "this draft", **labels}.items() if k in r]
+             for k, label in {"shipped": "the token-only draft shipped when it ran", **labels}.items() if k in r]
     best = max((r[k] for k in ("with_features", "two_step") if k in r), key=chain, default=sh)
     return [
         "- Would the target's own features help, as in EAGLE? `scripts/feature_draft.py` trains a draft that reads "
         "the target's final hidden state beside the next token (same records, optimiser, steps and seed; "
         "`data/reference/feature_draft.json`). Held-out training prompts, teacher-forced, first draft token α₁ / "
         f"second given the first α₂|₁: {'; '.join(parts)}. Expected accepted tokens over the first two positions "
-        f"(α₁(1 + α₂|₁)): this draft {chain(sh):.2f}, the best feature draft {chain(best):.2f}. On a 135M target the "
+        f"(α₁(1 + α₂|₁)): token-only {chain(sh):.2f}, the best feature draft {chain(best):.2f}. On a 135M target the "
         "features buy a few points on the first token; none of these is near α 0.6.",
     ]
 
@@ -175,8 +175,9 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"- loss: cross-entropy to the target's next-token law at every response position (self-distillation; "
         f"the target's top-{rec['top_k_record']} restricted to the draft vocabulary, renormalised)",
         f"- optimiser: AdamW, {json.dumps(rec['train'])}",
-        f"- seed {rec['seed']}; teacher data {tr['teacher_seconds']:.0f} s + training {tr['train_seconds']:.0f} s, "
-        f"{tr['total_seconds'] / 60:.1f} min in all (2 CPU threads)",
+        f"- seed {rec['seed']}; training {tr['train_seconds']:.0f} s ({tr['train_seconds'] / 60:.0f} min, 2 CPU threads; "
+        f"summed over resumed runs); teacher data {tr['teacher_seconds']:.0f} s in the run that wrote these weights "
+        "(generated, or loaded from `data/train_cache/` when already there)",
         "- reproduce: `make models FORCE=1` (retrains, then reports how close it lands to this draft); "
         "evaluate: `python scripts/eval_draft.py --write-card`",
         "",
