@@ -61,7 +61,7 @@ from IPython.display import Markdown
 import specdec_core as sd
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import bench, book, report, theory
+from specdec_core.study import bench, book, drafteval, report, theory
 from specdec_core.study import exactness as ex
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file,
@@ -281,8 +281,9 @@ else:
         if len(g) > 1:
             axes[0].plot(g.sort_values("tokens").tokens, g.sort_values("tokens").alpha, lw=1, color="0.6",
                          ls="-" if m_ == "greedy" else ":")
-    sh = cj["shipped"]
-    axes[0].plot([sh["tokens"]], [sh["eval"]["all"]["greedy_alpha"]], "k*", ms=12, label="shipped draft (greedy)")
+    sh = cj["shipped"]  # the draft shipped when the curve ran (the curve's baseline), not necessarily today's
+    axes[0].plot([sh["tokens"]], [sh["eval"]["all"]["greedy_alpha"]], "k*", ms=12,
+                 label="draft shipped when the curve ran (greedy)")
     axes[0].set(xscale="log", xlabel="training response tokens", ylabel="α on the evaluation mix (teacher-forced)")
     axes[0].legend(fontsize=7)
     g_ = ev_[ev_["mode"] == "greedy"]
@@ -331,11 +332,13 @@ if curve_path.exists():
                      f"Predicted speedup at the largest size: {g.predicted.iloc[-1]:.2f}× at K = {int(g.best_k.iloc[-1])} "
                      f"(c = {cj['costs'][str(L)]['c']:.3f}).")
     choice = cj["ship_rule_choice"]
+    now_at = drafteval.drafted_point()  # the draft shipped now (its config), against the rule's choice
     lines.append(f"- **The rule fixed before measuring the mix** ({cj['ship_rule']}) picks {choice['layers']} layer(s) "
-                 f"on {choice['tokens'] / 1e3:.0f}k tokens; the shipped draft ({sh['layers']} layer(s), {sh['tokens'] / 1e3:.0f}k tokens) "
-                 f"has eval α {sh['eval']['all']['greedy_alpha']:.3f}"
-                 + ("; it was trained before this curve was measured, and the rule decides the next one."
-                    if (choice["layers"], choice["tokens"]) != (sh["layers"], sh["tokens"]) else ": the rule's choice."))
+                 f"on {choice['tokens'] / 1e3:.0f}k tokens. The draft shipped when the curve ran ({sh['layers']} "
+                 f"layer(s), {sh['tokens'] / 1e3:.0f}k tokens) has eval α {sh['eval']['all']['greedy_alpha']:.3f}; "
+                 f"the draft shipped now ({now_at[0]} layer(s), {now_at[1] / 1e3:.0f}k tokens) "
+                 + ("is the rule's choice." if now_at == (choice["layers"], choice["tokens"])
+                    else "is not the rule's choice: retrain with the chosen setting to follow the rule."))
     lines.append("- **The project's target for its draft** (eval-mix greedy α ≥ 0.45): "
                  + ("reached at " + ", ".join(f"{r.layers} layer(s) {r.tokens / 1e3:.0f}k" for r in g_[g_.alpha >= 0.45].itertuples())
                     if (g_.alpha >= 0.45).any() else f"not reached on this curve (best {g_.alpha.max():.3f})") + ".")

@@ -216,7 +216,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         *feature_draft_lines(),
         *calibration_lines(folder),
-        *curve_lines(drafted=(len(rec["layers"]), tr["train_tokens"])),
+        *curve_lines(drafted=drafted_point(folder)),
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
@@ -249,6 +249,13 @@ CURVE_SETS = {  # draft_curve.py --teacher (the recipe's own names are drafts.TE
     "wide": "the target's answers to every training prompt file (`train.jsonl`, `train_more.jsonl`, `train_wide.jsonl`) "
             "and to the writing requests whose answers became the passages (`scripts/make_teacher_data.py`)",
 }
+
+
+def drafted_point(folder: Path = shipped.MODEL_DRAFT) -> tuple[int, int]:
+    """Where the draft in ``folder`` sits on the learning curve: (trunk layers, training response tokens), read
+    from its config (recipe and training log)."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    return len(cfg["recipe"]["layers"]), cfg["training"]["train_tokens"]
 
 
 def curve_lines(path: Path = REF / "draft_curve.json", drafted: tuple[int, int] | None = None) -> list[str]:
