@@ -33,6 +33,21 @@ KEEP = [
 ]
 
 
+def merge_timings(src, dest) -> None:
+    """A run of some chapters (``run_book.py --only``) updates their rows of the reference timings and keeps the
+    others' (say which run each row comes from where the results are described: data/reference/README.md)."""
+    rows = {}
+    for path in (dest, src):  # the new run's rows win
+        header, *lines = path.read_text().splitlines()
+        if header != "notebook,seconds,status":
+            raise ValueError(f"{path}: unexpected timings header {header!r} (run_book.py writes notebook,seconds,status)")
+        rows.update((line.split(",", 1)[0], line) for line in lines if line)
+    kept = sorted(set(rows) - {line.split(",", 1)[0] for line in src.read_text().splitlines()[1:] if line})
+    dest.write_text("notebook,seconds,status\n" + "".join(rows[k] + "\n" for k in sorted(rows)))
+    if kept:
+        print(f"timings.csv: rows of {', '.join(kept)} kept from the earlier reference run")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/book")
@@ -46,7 +61,10 @@ def main() -> int:
             missing.append(rel)
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / rel)
+        if rel == "timings.csv" and (dest / rel).exists():
+            merge_timings(src, dest / rel)
+        else:
+            shutil.copy2(src, dest / rel)
     print(f"copied {len(KEEP) - len(missing)} files to {dest}")
     if missing:
         print("missing (not produced by this run):", ", ".join(missing), file=sys.stderr)
