@@ -36,15 +36,16 @@ KEEP = [
 def merge_timings(src, dest) -> None:
     """A run of some chapters (``run_book.py --only``) updates their rows of the reference timings and keeps the
     others' (say which run each row comes from where the results are described: data/reference/README.md)."""
-    rows = {}
-    for path in (dest, src):  # the new run's rows win
+    def rows(path) -> dict[str, str]:
         header, *lines = path.read_text().splitlines()
         if header != "notebook,seconds,status":
             raise ValueError(f"{path}: unexpected timings header {header!r} (run_book.py writes notebook,seconds,status)")
-        rows.update((line.split(",", 1)[0], line) for line in lines if line)
-    kept = sorted(set(rows) - {line.split(",", 1)[0] for line in src.read_text().splitlines()[1:] if line})
-    dest.write_text("notebook,seconds,status\n" + "".join(rows[k] + "\n" for k in sorted(rows)))
-    if kept:
+        return {line.split(",", 1)[0]: line for line in lines if line}
+
+    old, new = rows(dest), rows(src)
+    merged = {**old, **new}  # the new run's rows win
+    dest.write_text("notebook,seconds,status\n" + "".join(merged[k] + "\n" for k in sorted(merged)))
+    if kept := sorted(set(old) - set(new)):
         print(f"timings.csv: rows of {', '.join(kept)} kept from the earlier reference run")
 
 

@@ -128,15 +128,15 @@ def method_kwargs(pair, spec: dict, k: int | None = None) -> dict:
 
 
 def stored_k(pair, spec: dict) -> dict:
-    """``spec`` with ``"k": "auto"`` replaced by the fixed K stored with the pair's model draft (``fixed_k`` of its
-    ``confidence.json``: the best fixed K on held-out training prompts, ``scripts/calibrate_confidence.py``);
+    """``spec`` with ``"k": "auto"`` replaced by the fixed K stored with its drafter (``fixed_k`` of the model
+    draft's ``confidence.json``: the best fixed K on held-out training prompts, ``scripts/calibrate_confidence.py``);
     other specs unchanged. Raises ``ValueError`` when nothing is stored."""
     if spec.get("k") != "auto":
         return spec
-    rec = getattr(pair.drafters.get("model"), "calibration", None)
+    rec = getattr(pair.drafters.get(spec["drafter"]), "calibration", None)
     if rec is None:
-        raise ValueError('"k": "auto" reads the fixed K stored with the model draft, and this pair has none '
-                         "(scripts/calibrate_confidence.py writes it); give a number instead")
+        raise ValueError(f'"k": "auto" reads the fixed K stored with the {spec["drafter"]!r} drafter, and this pair '
+                         "has none (scripts/calibrate_confidence.py writes it for the model draft); give a number instead")
     return dict(spec, k=int(rec["fixed_k"]))
 
 

@@ -23,7 +23,7 @@ import json
 import shutil
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -67,8 +67,7 @@ class Recipe:
 
 # the first shipped draft's recipe (95 k response tokens of train.jsonl, 1800 steps): the learning curve's base
 # (its points change only the data, steps and layers) and the feature and block experiments' data
-FIRST = Recipe(teacher="first", train=distill.TrainConfig(
-    steps=1800, lr=3e-3, warmup=50, batch_tokens=2048, seed=0, ckpt_every=100))
+FIRST = replace(Recipe(), teacher="first", train=replace(Recipe().train, steps=1800))
 
 
 def is_val(prompt_id: str, frac: float) -> bool:
