@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the problem."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,3 +93,33 @@ def test_corrupt_embedded_cache_is_rebuilt_or_refused(tmp_path):
     with pytest.warns(UserWarning, match="rebuilding"):
         models.embedded_path(root=fake_root, convert=lambda name, d: calls.append(d))
     assert calls == [dest]
+
+
+def _slow_convert(name, dest):
+    """A stand-in conversion that takes a while and leaves a valid cache, logging each call beside it."""
+    import time
+
+    with open(dest.parent / "calls.log", "a") as log:
+        log.write(f"{name}\n")
+    tmp = dest.with_name(dest.name + ".partial")
+    tmp.mkdir()
+    time.sleep(0.5)
+    (tmp / "config.json").write_text("{}")
+    models.write_manifest(tmp)
+    tmp.rename(dest)
+
+
+def _embedded_path_in(root: str) -> str:
+    return str(models.embedded_path(root=Path(root), convert=_slow_convert))
+
+
+def test_concurrent_first_loads_convert_once(tmp_path):
+    """Two processes that find no cache at once (pytest's workers, the book's parallel chapters on a fresh clone):
+    one converts, the other waits for it and loads its cache; without the lock both wrote one ``.partial`` folder."""
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(2) as pool:
+        got = pool.map(_embedded_path_in, [str(tmp_path)] * 2)
+    assert got == [str(tmp_path / "smollm2-135m")] * 2
+    assert (tmp_path / "calls.log").read_text().splitlines() == ["smollm2-135m"]
+    models.verify_cache(tmp_path / "smollm2-135m")

@@ -11,6 +11,7 @@ its checksum and is rebuilt (or refused, with ``rebuild=False``), never loaded.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import io
@@ -132,16 +133,21 @@ def embedded_path(name: str = "smollm2-135m", rebuild: bool = True, root: Path |
     ``root``: the cache folder (default :data:`MODELS_DIR`); ``convert(name, dest)``: the conversion
     (default: de-quantize the GGUF file); tests pass a scratch folder and a stand-in."""
     dest = Path(root or MODELS_DIR) / name
-    if dest.exists():
-        try:
-            verify_cache(dest)
-            return dest
-        except CorruptModelCache as e:
-            if not rebuild:
-                raise
-            warnings.warn(f"{e}; rebuilding it from the GGUF file", stacklevel=2)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    (convert or _convert_embedded)(name, dest)
+    # one process converts, the others wait and then find its cache: pytest's workers and the book's parallel
+    # chapters (run_book.py --jobs) may all load the target first on a fresh clone, and the conversion writes
+    # through one ``.partial`` folder
+    with open(dest.parent / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if dest.exists():
+            try:
+                verify_cache(dest)
+                return dest
+            except CorruptModelCache as e:
+                if not rebuild:
+                    raise
+                warnings.warn(f"{e}; rebuilding it from the GGUF file", stacklevel=2)
+        (convert or _convert_embedded)(name, dest)
     return dest
 
 
