@@ -322,9 +322,8 @@ print("T whose median pass timed slower than a pass over more tokens (a kernel s
 
 # %%
 if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
-    blas_df = pd.concat([blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
-                                            threads=n).assign(threads=n)
-                         for n in book.progress(thread_counts, desc="BLAS")])
+    blas_df = blas.compare_paths(model, token_counts=blas_token_counts, context=S0, repeats=repeats,
+                                 threads=thread_counts)
     ch.save(blas_df, "blas_paths")
     g = sns.relplot(data=blas_df, x="T", y="ratio", hue="setting", style="threads", col="what", kind="line",
                     marker="o", height=3.6, aspect=1.25)

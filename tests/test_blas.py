@@ -32,14 +32,23 @@ def test_compare_paths_reports_ratios_against_one_token():
     def fake_run(cmd, env, **kw):
         scale = 1.0 if env[blas.VAR] else 2.0  # MKL default: every T > 1 twice as dear
         args = json.loads(cmd[-1])
-        rows = [dict(what="pass", T=T, median=0.05 * (1 if T == 1 else scale), q25=0, q75=0)
-                for T in args["token_counts"]]
+        rows = [dict(what="pass", T=T, median=0.05 * (1 if T == 1 else scale) / max(n, 1), q25=0, q75=0, threads=n)
+                for n in args["threads"] for T in args["token_counts"]]
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(rows) + "\n", stderr="")
 
     df = blas.compare_paths(token_counts=[5, 2], run=fake_run)
-    assert sorted(df["T"].unique()) == [1, 2, 5]
+    assert sorted(df["T"].unique()) == [1, 2, 5] and set(df.threads) == {0}
     r = df.set_index(["setting", "T"])["ratio"]
     assert r[("MKL default", 5)] == 2.0 and r[("MKL_CBWR=AUTO", 5)] == 1.0 and r[("MKL default", 1)] == 1.0
+    # several thread counts in one subprocess per setting; each ratio is against t(1) at its own thread count
+    calls = []
+    df = blas.compare_paths(token_counts=[5], threads=[1, 2], run=lambda cmd, env, **kw: calls.append(1) or
+                            fake_run(cmd, env, **kw))
+    assert len(calls) == 2 and sorted(df.threads.unique()) == [1, 2]
+    r = df.set_index(["setting", "threads", "T"])["ratio"]
+    assert r[("MKL default", 2, 5)] == r[("MKL default", 1, 5)] == 2.0 and r[("MKL_CBWR=AUTO", 2, 5)] == 1.0
+    with pytest.raises(ValueError, match="threads must be a count"):
+        blas.compare_paths(threads=[-1], run=fake_run)
 
 
 def test_compare_paths_names_a_failed_setting():

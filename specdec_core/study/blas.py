@@ -29,39 +29,48 @@ def mode() -> str:
     return os.environ.get(VAR) or "MKL default"
 
 
-def _pass_times(model: str, token_counts: list[int], context: int, repeats: int, threads: int) -> list[dict]:
-    """In this process: median time of one pass over T new tokens after ``context`` cached ones."""
+def _pass_times(model: str, token_counts: list[int], context: int, repeats: int, threads: list[int]) -> list[dict]:
+    """In this process: median time of one pass over T new tokens after ``context`` cached ones, at each thread
+    count in turn (0: torch's default). One process for them all: its start and the model's load cost more than
+    the timings at a small size."""
     import torch
 
     from . import profiling as pf
     from ..lm import CachedLM
     from ..models import load_pair
 
-    if threads:
-        torch.set_num_threads(threads)
     target = load_pair(model).target
     lm = CachedLM(target, context + max(token_counts))
     pf.at_context(lm, context)
     fns = {("pass", T): pf.pass_fn(lm, T, target.config.vocab_size) for T in token_counts}
     fns |= {("bare matmuls", T): pf.matmul_chain(pf.model_linears(target), T) for T in token_counts}
-    s = pf.summarize(pf.time_interleaved(fns, repeats=repeats, warmup=1, device=target.device))
-    return [dict(what=r.name[0], T=r.name[1], median=r.median, q25=r.q25, q75=r.q75) for r in s.itertuples()]
+    rows, default = [], torch.get_num_threads()
+    for n in threads:
+        torch.set_num_threads(n or default)
+        s = pf.summarize(pf.time_interleaved(fns, repeats=repeats, warmup=1, device=target.device))
+        rows += [dict(what=r.name[0], T=r.name[1], median=r.median, q25=r.q25, q75=r.q75, threads=n)
+                 for r in s.itertuples()]
+    return rows
 
 
 def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16), context: int = 128,
-                  repeats: int = 5, threads: int = 0, settings: dict | None = None, timeout: float = 900,
+                  repeats: int = 5, threads: int | list[int] = 0, settings: dict | None = None, timeout: float = 900,
                   run=subprocess.run):
     """Time passes and the bare matmuls under each MKL setting, one fresh subprocess per setting.
 
-    ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch). Returns a long
-    DataFrame ``setting, what, T, median, q25, q75, ratio`` (ratio = median / the median at T = 1 of
-    the same setting and kind). The subprocesses run one after the other, never at the same time
-    (``run``: the subprocess launcher, ``subprocess.run``'s signature; tests pass a canned one).
+    ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch); ``threads``: a torch thread
+    count or a list of them, timed one after the other in each setting's subprocess (0: torch's default).
+    Returns a long DataFrame ``setting, what, T, median, q25, q75, ratio, threads`` (ratio = median / the median at
+    T = 1 of the same setting, kind and thread count). The subprocesses run one after the other, never at the same
+    time (``run``: the subprocess launcher, ``subprocess.run``'s signature; tests pass a canned one).
     """
     import pandas as pd
 
     settings = settings or {"MKL default": "", f"{VAR}={DEFAULT}": DEFAULT}
     token_counts = sorted(set(token_counts) | {1})
+    threads = [threads] if isinstance(threads, int) else list(threads)
+    if not threads or any(not isinstance(n, int) or n < 0 for n in threads):
+        raise ValueError(f"threads must be a count >= 0 (0: torch's default) or a list of them, got {threads}")
     rows = []
     for label, value in settings.items():
         env = dict(os.environ, **{VAR: value})
@@ -73,9 +82,10 @@ def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16),
             raise RuntimeError(f"timing under {VAR}={value!r} failed:\n{res.stderr[-2000:]}")
         rows += [dict(r, setting=label) for r in json.loads(res.stdout.strip().splitlines()[-1])]
     df = pd.DataFrame(rows)
-    t1 = df[df["T"] == 1].set_index(["setting", "what"])["median"]
-    df["ratio"] = df["median"] / [t1[(s, w)] for s, w in zip(df["setting"], df["what"])]
-    return df[["setting", "what", "T", "median", "q25", "q75", "ratio"]]
+    key = ["setting", "what", "threads"]
+    t1 = df[df["T"] == 1].set_index(key)["median"]
+    df["ratio"] = df["median"] / [t1[k] for k in zip(*(df[c] for c in key))]
+    return df[["setting", "what", "T", "median", "q25", "q75", "ratio", "threads"]]
 
 
 if __name__ == "__main__":  # the subprocess of compare_paths: one JSON line on stdout
