@@ -1,27 +1,32 @@
 """Execute the book: every ``book/NN_*.py`` notebook, in order, with papermill.
 
-    python scripts/run_book.py --params ci --out build/book-ci          # what `make test` runs
-    python scripts/run_book.py --params full --out build/book --html    # what `make reproduce` runs
+    python scripts/run_book.py --params ci --out build/book-ci --jobs 2   # what `make test` runs
+    python scripts/run_book.py --params full --out build/book --html      # what `make reproduce` runs
 
 Parameters come from ``book/params/<name>.yaml``: one section per notebook (keyed by file stem); each
 notebook also receives ``out_dir`` (its own folder under ``--out`` for figures and tables). A failing
 notebook is named together with the failing cell; the others still run, and the run exits 1.
+
+``--jobs N`` runs N notebooks at a time, longest first (by the last run's ``timings.csv`` in ``--out``, else the
+reference run's), each kernel on cores/N torch threads. Chapters time themselves, and chapters that share the
+cores time each other's load: that is for a check that the book runs (CI), never for numbers a reader is shown,
+so ``--html`` and ``--params full`` refuse it. Chapters named by ``--alone`` (those whose asserts are about the
+machine's own speed, like chapter 1's roofline) run after the others, one at a time on every core.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 import time
 from pathlib import Path
 
-import jupytext
-import nbformat
-import papermill as pm
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
+REFERENCE_TIMINGS = ROOT / "data" / "reference" / "book" / "timings.csv"
 
 
 def notebooks(only: list[str] | None) -> list[Path]:
@@ -31,6 +36,49 @@ def notebooks(only: list[str] | None) -> list[Path]:
     return found
 
 
+def longest_first(srcs: list[Path], out: Path) -> list[Path]:
+    """``srcs`` by their last recorded time, longest first: this run's earlier ``timings.csv`` where there is one
+    (the same parameters), else the reference run's (full size, but the order is what matters); unknown last."""
+    seconds: dict[str, float] = {}
+    for path in (REFERENCE_TIMINGS, out / "timings.csv"):  # the run's own times win
+        if path.exists():
+            with path.open() as f:
+                seconds |= {r["notebook"]: float(r["seconds"]) for r in csv.DictReader(f) if r.get("seconds")}
+    return sorted(srcs, key=lambda p: -seconds.get(p.stem, -1.0))
+
+
+def run_one(src: Path, out: Path, params: dict, params_name: str) -> tuple[str, float, str, str]:
+    """Execute one notebook into ``out/notebooks``: (stem, seconds, "ok" | "failed", message)."""
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    nb = jupytext.read(src)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    raw = out / "notebooks" / f"{src.stem}.input.ipynb"
+    done = out / "notebooks" / f"{src.stem}.ipynb"
+    nbformat.write(nb, raw)
+    (out / src.stem).mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    print(f"[book] {src.name} with {params_name} ...", flush=True)
+    try:
+        pm.execute_notebook(str(raw), str(done), parameters=params, cwd=str(BOOK), kernel_name="python3",
+                            progress_bar=False)
+    except pm.PapermillExecutionError as e:
+        return (src.stem, time.perf_counter() - t, "failed",
+                f"[book] FAILED: {src.name}, cell {e.cell_index} (execution count {e.exec_count}): "
+                f"{e.ename}: {e.evalue}\n[book] the executed notebook with the traceback: {done}")
+    finally:
+        raw.unlink(missing_ok=True)
+    return src.stem, time.perf_counter() - t, "ok", f"[book] {src.name} done in {time.perf_counter() - t:.0f} s"
+
+
+def _kernel_threads(jobs: int) -> None:
+    """A pool worker: its kernels inherit an even share of the cores (torch reads these when it starts)."""
+    share = str(max(1, (os.cpu_count() or 1) // jobs))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = share
+
+
 def main() -> int:
     os.environ["SPECDEC_PROGRESS"] = "0"  # the kernels inherit it: no progress bars in the saved outputs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,42 +86,50 @@ def main() -> int:
     ap.add_argument("--out", default="build/book", help="folder for executed notebooks, figures, tables")
     ap.add_argument("--only", nargs="*", help="run only notebooks whose name starts with these prefixes")
     ap.add_argument("--html", action="store_true", help="render the executed notebooks as a book, <out>/index.html")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="notebooks run at a time (default 1); more only to check that the book runs, see above")
+    ap.add_argument("--alone", nargs="*", default=[],
+                    help="with --jobs: notebooks (name prefixes) that run after the others, one at a time, on every core")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.jobs > 1 and (args.html or args.params == "full"):
+        ap.error(f"--jobs {args.jobs} shares the cores between chapters that time themselves: their numbers would "
+                 "be each other's load; the full book and the rendered book run one chapter at a time")
 
     params_file = BOOK / "params" / f"{args.params}.yaml"
     all_params = yaml.safe_load(params_file.read_text()) or {}
     out = (ROOT / args.out).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
-    executed, failed, timings, t_all = [], [], [], time.perf_counter()
-    for src in notebooks(args.only):
-        nb = jupytext.read(src)
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        raw = out / "notebooks" / f"{src.stem}.input.ipynb"
-        done = out / "notebooks" / f"{src.stem}.ipynb"
-        nbformat.write(nb, raw)
-        params = dict(all_params.get(src.stem) or {})
-        params["out_dir"] = str(out / src.stem)
-        (out / src.stem).mkdir(parents=True, exist_ok=True)
-        t = time.perf_counter()
-        print(f"[book] {src.name} with {params_file.name} ...", flush=True)
-        try:
-            pm.execute_notebook(str(raw), str(done), parameters=params, cwd=str(BOOK), kernel_name="python3",
-                                progress_bar=False)
-        except pm.PapermillExecutionError as e:
-            print(f"[book] FAILED: {src.name}, cell {e.cell_index} (execution count {e.exec_count}): "
-                  f"{e.ename}: {e.evalue}", file=sys.stderr)
-            print(f"[book] the executed notebook with the traceback: {done}", file=sys.stderr)
-            failed.append(src.name)
-            timings.append((src.stem, time.perf_counter() - t, "failed"))
-            continue
-        finally:
-            raw.unlink(missing_ok=True)
-        executed.append(done)
-        timings.append((src.stem, time.perf_counter() - t, "ok"))
-        print(f"[book] {src.name} done in {time.perf_counter() - t:.0f} s", flush=True)
+    srcs = notebooks(args.only)
+    if args.jobs > 1:
+        srcs = longest_first(srcs, out)
+    jobs = [(src, out, dict(all_params.get(src.stem) or {}, out_dir=str(out / src.stem)), params_file.name)
+            for src in srcs]
+    t_all, results = time.perf_counter(), []
+
+    def report(r):
+        results.append(r)
+        print(r[3], file=sys.stderr if r[2] == "failed" else sys.stdout, flush=True)
+
+    alone = [j for j in jobs if args.jobs == 1 or any(j[0].stem.startswith(a) for a in args.alone)]
+    shared = [j for j in jobs if j not in alone]
+    if shared:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        print(f"[book] {len(shared)} notebooks, {args.jobs} at a time: {', '.join(j[0].stem for j in shared)}"
+              + (f"; then alone: {', '.join(j[0].stem for j in alone)}" if alone else ""), flush=True)
+        with ProcessPoolExecutor(args.jobs, initializer=_kernel_threads, initargs=(args.jobs,)) as pool:
+            for fut in as_completed([pool.submit(run_one, *job) for job in shared]):
+                report(fut.result())
+    for job in alone:
+        report(run_one(*job))
+    results.sort(key=lambda r: r[0])
+    executed = [out / "notebooks" / f"{stem}.ipynb" for stem, _, status, _ in results if status == "ok"]
+    failed = [f"{stem}.py" for stem, _, status, _ in results if status == "failed"]
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
     (out / "timings.csv").write_text("notebook,seconds,status\n" + "".join(
-        f"{name},{sec:.1f},{status}\n" for name, sec, status in timings))
+        f"{stem},{sec:.1f},{status}\n" for stem, sec, status, _ in results))
     html_failed = False
     if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
         from specdec_core.study.render import BookError, render_book
