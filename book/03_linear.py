@@ -30,6 +30,7 @@
 model = "smollm2-135m"       # embedded name, Hugging Face id or path
 draft = None                 # optional Hugging Face id/path of a draft (default: the shipped draft)
 per_task = 2                 # prompts per task from the evaluation mix
+tasks = None                 # None: all six tasks; or a list of them, e.g. ["qa", "rag"]
 max_new_tokens = 64          # tokens decoded per prompt
 k_default = 4                # draft length for the acceptance study
 ks = [1, 2, 3, 4, 6, 8]      # draft lengths for the speedup-vs-K study
@@ -64,8 +65,8 @@ from specdec_core.sampling import SamplingParams, process_logits
 from specdec_core.study import bench, book, drafteval, report, theory
 from specdec_core.study import exactness as ex
 
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file,
-                need=("model",))
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
+                prompt_file=prompt_file, need=("model",))
 pair, encoded = ch.pair, ch.encoded
 drafters = {name: pair.drafters[name] for name in ("model", "ngram")}
 print(ch)

@@ -36,6 +36,7 @@ model = "smollm2-135m"   # the embedded target (its shipped drafts: data/drafts/
 block = None             # folder of a block draft (None: the shipped data/drafts/smollm2-135m-block)
 model_draft = None       # folder of a model draft to compare with (None: the shipped smollm2-135m-draft)
 per_task = 2             # prompts per task from the evaluation mix (6 tasks)
+tasks = None             # None: all six tasks; or a list of them, e.g. ["qa", "rag"]
 prompt_file = None       # None: the shipped mix; or a Spec-Bench question.jsonl
 max_new_tokens = 64      # tokens decoded per prompt
 k_accept = 8             # block size / draft length of the acceptance-by-position study
@@ -81,8 +82,8 @@ from specdec_core.study import bench, book, report
 from specdec_core.study.exactness import excused, first_divergence
 from specdec_core.train.block import block_batch
 
-ch = book.setup(out_dir, model, device=device, threads=threads, per_task=per_task, prompt_file=prompt_file,
-                need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
+ch = book.setup(out_dir, model, device=device, threads=threads, per_task=per_task, tasks=tasks,
+                prompt_file=prompt_file, need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
 pair, prompts, encoded = ch.pair, ch.prompts, ch.encoded
 if block is not None:
     pair.drafters["block"] = BlockDrafter(load_block(block, pair.target))

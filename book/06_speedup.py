@@ -26,6 +26,7 @@ model = "smollm2-135m"        # embedded name, Hugging Face id or path
 draft = None                  # optional draft id/path (default: the shipped drafts)
 prompt_file = None            # None: the shipped mix; or a Spec-Bench question.jsonl
 per_task = 3                  # prompts per task
+tasks = None                  # None: all six tasks; or a list of them, e.g. ["qa", "rag"]
 max_new_tokens = 64
 repeats = 2                   # interleaved repeats of the headline run
 temperatures = [0.0, 1.0]     # headline runs; 0 means greedy
@@ -88,7 +89,8 @@ class _NoAssistantDefaults(logging.Filter):
 
 logging.getLogger("transformers.generation.utils").addFilter(_NoAssistantDefaults())
 
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, prompt_file=prompt_file)
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
+                prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
 def runnable(spec: dict) -> str | None:
     """Why a headline method cannot run on this pair (None when it can)."""
@@ -255,7 +257,7 @@ lat.round(1)
 
 # %%
 sweep_prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
-                 for p in sd.load_prompts(prompt_file, per_task=sweep_per_task)]
+                 for p in sd.load_prompts(prompt_file, tasks=tasks, per_task=sweep_per_task)]
 sweep_runners = {"autoregressive": our_runner({"method": "autoregressive"}, 0.0)}
 for name, (spec, klist) in sweep.items():
     for k in klist:

@@ -45,6 +45,7 @@
 model = "smollm2-135m"        # embedded name, Hugging Face id or path
 tune_prompts = 6              # held-out training prompts for choosing K and θ
 per_task = 1                  # evaluation prompts per task
+tasks = None                  # None: all six tasks; or a list of them, e.g. ["qa", "rag"]
 max_new_tokens = 64
 tune_repeats = 1              # interleaved repeats while tuning
 repeats = 2                   # interleaved repeats of the evaluation run
@@ -75,7 +76,8 @@ from specdec_core.adaptive import calibrate
 from specdec_core.study import bench, book, drafteval, report
 from specdec_core.study import exactness as ex
 
-ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram", "hybrid", "adaptive"))
+ch = book.setup(out_dir, model, device=device, per_task=per_task, tasks=tasks,
+                need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
 print(ch)
 
