@@ -12,6 +12,10 @@ deterministic: these rates say how lucky a seed would have to be, not how often 
 
 Negative controls (``specdec_core.study.mutants``) must be rejected at the same α; their power at these sizes
 (≥ 0.99) is estimated by repetition in the notebook's full run.
+
+Tests marked ``chapter2`` are the checks the notebook itself asserts at the same CI sizes, here with independent
+seeds: ``make test`` executes the notebook and leaves these copies out (``-m "not chapter2"``), so each statistical
+check runs once there; ``pytest tests`` runs them all, ``make test-fast`` (no notebook) those on toy pairs.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from specdec_core.verify import overlap, speculative_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 10_000  # offset from the notebook's seeds
+CHAPTER2 = pytest.mark.chapter2  # asserted by book/02_exactness.py at CI size too (module docstring)
 
 
 def book_params(name: str = "02_exactness", params_file: str = "ci") -> dict:
@@ -201,6 +206,7 @@ def family(pair):
     return rows
 
 
+@CHAPTER2
 @pytest.mark.parametrize("spec", book_params()["methods"])
 def test_sequence_law_is_exact(pair, family, spec):
     """Pearson's test of every (setting, k) of ``spec`` against the enumerated law, Holm across the whole
@@ -214,6 +220,7 @@ def test_sequence_law_is_exact(pair, family, spec):
     assert not bad, f"{spec}: emitted law differs from p: {bad}"
 
 
+@CHAPTER2
 def test_measured_acceptance_matches_alpha(family):
     """Linear k = 1 runs: Σ(accepted − α_i)/sqrt(Σ α_i(1 − α_i)) within the Bonferroni two-sided α band."""
     zs = [r["acceptance_z"] for r in family if not np.isnan(r["acceptance_z"])]
@@ -228,6 +235,7 @@ def control(name: str):
                           min_expected=P["min_expected"], threads=T)
 
 
+@CHAPTER2
 @pytest.mark.parametrize("name", mu.LOSSY)
 def test_negative_control_is_caught(name):
     g, _ = control(name)
@@ -247,6 +255,7 @@ def test_issue3_residual_mutant_fails_where_the_correct_rule_passes():
     assert control("residual_from_p")[0].pvalue < ALPHA
 
 
+@CHAPTER2
 def test_harmless_literal_forms_pass():
     """u < p/q without min(1, ·) is the same event for u ∈ [0, 1): bit-identical output. Dropping the bonus
     with consistent bookkeeping only wastes it: the law stays p (FPR 1%)."""
@@ -271,6 +280,7 @@ def exact_runs(pair):
     return law, ex.cell_index(s.tokens, P["vocab_size"]).reshape(P["exact_reps"], P["exact_n"])
 
 
+@CHAPTER2
 def test_equivalence_tv_below_epsilon(exact_runs):
     """The 95% upper bound on TV(sampled law, p) from all pooled runs is below ε (CI: 0.05; full book: 0.01).
     Fails for an exact sampler with probability ≤ 5% at a random seed (less: the bound has slack at this N)."""
@@ -279,6 +289,7 @@ def test_equivalence_tv_below_epsilon(exact_runs):
     assert b.tv_upper < P["epsilon"], b
 
 
+@CHAPTER2
 def test_exact_sampler_is_calibrated(exact_runs):
     """≥ 200 runs of the real exact sampler: rejections at α and at 0.05 inside their binomial 99% intervals."""
     law, cells = exact_runs
@@ -306,6 +317,7 @@ def test_greedy_equals_autoregressive_on_toys(pair, spec):
 
 
 # -- the embedded target ------------------------------------------------------------------------------------
+@CHAPTER2
 @pytest.mark.slow
 def test_embedded_target_conditional_fit_and_homogeneity(smol):
     """Conditional fit of each position after the modal path's prefix, and speculative vs autoregressive
@@ -336,6 +348,7 @@ def test_embedded_target_conditional_fit_and_homogeneity(smol):
     assert pvals and (ex.holm(pvals) > ALPHA).all(), pvals
 
 
+@CHAPTER2
 @pytest.mark.slow
 def test_embedded_target_greedy_equal_up_to_near_ties(smol):
     for text in P["greedy_real_texts"]:
