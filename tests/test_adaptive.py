@@ -180,8 +180,9 @@ def test_a_stop_that_reads_the_target_is_caught_and_the_real_stop_is_not(vocab8)
 def test_a_chooser_that_reads_the_target_is_caught_and_the_real_chooser_is_not(vocab8):
     """The same test and seeds; the prompt holds every token, so lookup always has a continuation to switch to:
     the chooser passes, the chooser that swaps in lookup where the target disfavours the model's drawn token is
-    rejected at α = 1e-3."""
-    params, prompt, N = SamplingParams(1.0), torch.arange(8), 2000
+    rejected at α = 1e-3. This mutant is the louder one: 1000 continuations give it p = 1.7e-6 (the stop's
+    mutant above needs 2000: p = 0.005 at 1000)."""
+    params, prompt, N = SamplingParams(1.0), torch.arange(8), 1000
     law = ex.sequence_law(vocab8.target, prompt, 3, params)
     peek = mu.PeekingChooser(vocab8.drafters["model"], vocab8.target, vocab8.drafters["ngram"])
     p = {}
