@@ -11,6 +11,7 @@ import argparse
 import shutil
 import sys
 
+from run_book import read_timings, write_timings  # scripts/ is on the path of a script run from it
 from specdec_core.models import REPO_ROOT as ROOT
 
 KEEP = [
@@ -36,15 +37,8 @@ KEEP = [
 def merge_timings(src, dest) -> None:
     """A run of some chapters (``run_book.py --only``) updates their rows of the reference timings and keeps the
     others' (say which run each row comes from where the results are described: data/reference/README.md)."""
-    def rows(path) -> dict[str, str]:
-        header, *lines = path.read_text().splitlines()
-        if header != "notebook,seconds,status":
-            raise ValueError(f"{path}: unexpected timings header {header!r} (run_book.py writes notebook,seconds,status)")
-        return {line.split(",", 1)[0]: line for line in lines if line}
-
-    old, new = rows(dest), rows(src)
-    merged = {**old, **new}  # the new run's rows win
-    dest.write_text("notebook,seconds,status\n" + "".join(merged[k] + "\n" for k in sorted(merged)))
+    old, new = read_timings(dest), read_timings(src)
+    write_timings(dest, old | new)  # the new run's rows win
     if kept := sorted(set(old) - set(new)):
         print(f"timings.csv: rows of {', '.join(kept)} kept from the earlier reference run")
 

@@ -16,11 +16,11 @@ machine's own speed, like chapter 1's roofline) run after the others, one at a t
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -29,26 +29,54 @@ BOOK = ROOT / "book"
 REFERENCE_TIMINGS = ROOT / "data" / "reference" / "book" / "timings.csv"
 
 
+TIMINGS_HEADER = "notebook,seconds,status"
+
+
+class Result(NamedTuple):
+    """One notebook's run: its stem, seconds, "ok" or "failed", and the line that reports it."""
+    stem: str
+    seconds: float
+    status: str
+    message: str
+
+
+def named(stem: str, prefixes) -> bool:
+    """Whether a notebook's stem starts with one of ``prefixes`` (``--only``, ``--alone``)."""
+    return any(stem.startswith(p) for p in prefixes)
+
+
 def notebooks(only: list[str] | None) -> list[Path]:
     found = sorted(p for p in BOOK.glob("[0-9][0-9]_*.py"))
-    if only:
-        found = [p for p in found if any(p.stem.startswith(o) for o in only)]
-    return found
+    return [p for p in found if named(p.stem, only)] if only else found
 
 
-def longest_first(srcs: list[Path], out: Path) -> list[Path]:
+def read_timings(path: Path) -> dict[str, tuple[float, str]]:
+    """A ``timings.csv`` this script wrote: notebook -> (seconds, status); any other file is refused by name."""
+    header, *lines = path.read_text().splitlines()
+    if header != TIMINGS_HEADER:
+        raise ValueError(f"{path}: unexpected timings header {header!r} (run_book.py writes {TIMINGS_HEADER})")
+    rows = {}
+    for line in filter(None, lines):
+        stem, seconds, status = line.split(",")
+        rows[stem] = (float(seconds), status)
+    return rows
+
+
+def write_timings(path: Path, rows: dict[str, tuple[float, str]]) -> None:
+    path.write_text(TIMINGS_HEADER + "\n" + "".join(f"{stem},{sec:.1f},{status}\n" for stem, (sec, status)
+                                                     in sorted(rows.items())))
+
+
+def longest_first(srcs: list[Path], out: Path, reference: Path = REFERENCE_TIMINGS) -> list[Path]:
     """``srcs`` by their last recorded time, longest first: this run's earlier ``timings.csv`` where there is one
-    (the same parameters), else the reference run's (full size, but the order is what matters); unknown last."""
-    seconds: dict[str, float] = {}
-    for path in (REFERENCE_TIMINGS, out / "timings.csv"):  # the run's own times win
-        if path.exists():
-            with path.open() as f:
-                seconds |= {r["notebook"]: float(r["seconds"]) for r in csv.DictReader(f) if r.get("seconds")}
+    (the same parameters), else the ``reference`` run's (full size, but the order is what matters); unknown last."""
+    seconds = {stem: sec for path in (reference, out / "timings.csv") if path.exists()  # the run's own times win
+               for stem, (sec, _) in read_timings(path).items()}
     return sorted(srcs, key=lambda p: -seconds.get(p.stem, -1.0))
 
 
-def run_one(src: Path, out: Path, params: dict, params_name: str) -> tuple[str, float, str, str]:
-    """Execute one notebook into ``out/notebooks``: (stem, seconds, "ok" | "failed", message)."""
+def run_one(src: Path, out: Path, params: dict, params_name: str) -> Result:
+    """Execute one notebook into ``out/notebooks``."""
     import jupytext
     import nbformat
     import papermill as pm
@@ -65,12 +93,13 @@ def run_one(src: Path, out: Path, params: dict, params_name: str) -> tuple[str, 
         pm.execute_notebook(str(raw), str(done), parameters=params, cwd=str(BOOK), kernel_name="python3",
                             progress_bar=False)
     except pm.PapermillExecutionError as e:
-        return (src.stem, time.perf_counter() - t, "failed",
-                f"[book] FAILED: {src.name}, cell {e.cell_index} (execution count {e.exec_count}): "
-                f"{e.ename}: {e.evalue}\n[book] the executed notebook with the traceback: {done}")
+        return Result(src.stem, time.perf_counter() - t, "failed",
+                      f"[book] FAILED: {src.name}, cell {e.cell_index} (execution count {e.exec_count}): "
+                      f"{e.ename}: {e.evalue}\n[book] the executed notebook with the traceback: {done}")
     finally:
         raw.unlink(missing_ok=True)
-    return src.stem, time.perf_counter() - t, "ok", f"[book] {src.name} done in {time.perf_counter() - t:.0f} s"
+    sec = time.perf_counter() - t
+    return Result(src.stem, sec, "ok", f"[book] {src.name} done in {sec:.0f} s")
 
 
 def _kernel_threads(jobs: int) -> None:
@@ -108,12 +137,15 @@ def main() -> int:
             for src in srcs]
     t_all, results = time.perf_counter(), []
 
-    def report(r):
+    def report(r: Result):
         results.append(r)
-        print(r[3], file=sys.stderr if r[2] == "failed" else sys.stdout, flush=True)
+        print(r.message, file=sys.stderr if r.status == "failed" else sys.stdout, flush=True)
 
-    alone = [j for j in jobs if args.jobs == 1 or any(j[0].stem.startswith(a) for a in args.alone)]
-    shared = [j for j in jobs if j not in alone]
+    def on_every_core(job) -> bool:  # serial runs, and the chapters named by --alone
+        return args.jobs == 1 or named(job[0].stem, args.alone)
+
+    alone = [j for j in jobs if on_every_core(j)]
+    shared = [j for j in jobs if not on_every_core(j)]
     if shared:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -124,12 +156,11 @@ def main() -> int:
                 report(fut.result())
     for job in alone:
         report(run_one(*job))
-    results.sort(key=lambda r: r[0])
-    executed = [out / "notebooks" / f"{stem}.ipynb" for stem, _, status, _ in results if status == "ok"]
-    failed = [f"{stem}.py" for stem, _, status, _ in results if status == "failed"]
+    results.sort()
+    executed = [out / "notebooks" / f"{r.stem}.ipynb" for r in results if r.status == "ok"]
+    failed = [f"{r.stem}.py" for r in results if r.status == "failed"]
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
-    (out / "timings.csv").write_text("notebook,seconds,status\n" + "".join(
-        f"{stem},{sec:.1f},{status}\n" for stem, sec, status, _ in results))
+    write_timings(out / "timings.csv", {r.stem: (r.seconds, r.status) for r in results})
     html_failed = False
     if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
         from specdec_core.study.render import BookError, render_book

@@ -22,12 +22,11 @@ def test_parallel_runs_start_with_the_longest_chapter_by_the_runs_own_times(tmp_
     rb = _module()
     ref = tmp_path / "reference.csv"
     ref.write_text("notebook,seconds,status\n00_a,10,ok\n01_b,300,ok\n02_c,200,ok\n")
-    rb.REFERENCE_TIMINGS = ref
     srcs = [Path(f"book/{s}.py") for s in ("00_a", "01_b", "02_c", "03_new")]
-    assert [p.stem for p in rb.longest_first(srcs, tmp_path / "out")] == ["01_b", "02_c", "00_a", "03_new"]
+    assert [p.stem for p in rb.longest_first(srcs, tmp_path / "out", ref)] == ["01_b", "02_c", "00_a", "03_new"]
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "timings.csv").write_text("notebook,seconds,status\n00_a,500,ok\n02_c,20,failed\n")
-    assert [p.stem for p in rb.longest_first(srcs, tmp_path / "out")] == ["00_a", "01_b", "02_c", "03_new"]
+    assert [p.stem for p in rb.longest_first(srcs, tmp_path / "out", ref)] == ["00_a", "01_b", "02_c", "03_new"]
 
 
 def test_a_parallel_run_of_numbers_a_reader_sees_is_refused():
