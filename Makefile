@@ -43,15 +43,16 @@ $(STAMP): pyproject.toml
 # every chapter runs and asserts what it claims: their timings share the machine, and nothing reads them), then
 # chapter 1 alone: its asserts are about this machine's own speed
 TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BOOK_JOBS ?= 2
 # tests marked chapter2 are checks chapter 2 asserts at the same sizes (tests/test_exactness.py): the chapter runs them here
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests -m "not chapter2"
+	$(PY) -m pytest -q $(XDIST) tests -m "not chapter2"
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci --jobs $(BOOK_JOBS) --alone 01
 	$(PY) -m pytest -q tests/test_book_outputs.py
 
 test-fast: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests -m "not slow"
+	$(PY) -m pytest -q $(XDIST) tests -m "not slow"
 
 ## make models: shipped drafts are used as they are; FORCE=1 retrains and compares with the shipped ones
 # each training script skips a draft whose shipped weights pass their checksum

@@ -83,7 +83,8 @@ from specdec_core.study.exactness import excused, first_divergence
 from specdec_core.train.block import block_batch
 
 ch = book.setup(out_dir, model, device=device, threads=threads, per_task=per_task, tasks=tasks,
-                prompt_file=prompt_file, need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
+                prompt_file=prompt_file,
+                need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
 pair, prompts, encoded = ch.pair, ch.prompts, ch.encoded
 if block is not None:
     pair.drafters["block"] = BlockDrafter(load_block(block, pair.target))
