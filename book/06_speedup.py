@@ -92,19 +92,8 @@ logging.getLogger("transformers.generation.utils").addFilter(_NoAssistantDefault
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
-def runnable(spec: dict) -> str | None:
-    """Why a headline method cannot run on this pair (None when it can)."""
-    if spec["drafter"] not in pair.drafters:
-        return f"no {spec['drafter']!r} drafter"
-    if spec.get("confidence") == "auto" and spec["method"] not in pair.drafters[spec["drafter"]].calibrated:
-        return "no θ stored with the draft (scripts/calibrate_confidence.py)"
-    if spec.get("k") == "auto" and getattr(pair.drafters[spec["drafter"]], "calibration", None) is None:
-        return "no K stored with the draft (scripts/calibrate_confidence.py)"
-    return None
-
-
-for name in [n for n, spec in methods.items() if runnable(spec)]:
-    print(f"skipped {name}: {runnable(methods.pop(name))}")
+for name in [n for n, spec in methods.items() if bench.unrunnable(pair, spec)]:
+    print(f"skipped {name}: {bench.unrunnable(pair, methods.pop(name))}")
 methods = {name: bench.stored_k(pair, spec) for name, spec in methods.items()}  # "k": "auto" → the stored K
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)

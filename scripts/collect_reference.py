@@ -31,6 +31,9 @@ KEEP = [
     "09_serving/batch_runs.csv", "09_serving/speedup_vs_batch.csv", "09_serving/pass_costs.csv",
     "09_serving/streaming_latency.csv", "09_serving/throughput_vs_batch.png", "09_serving/speedup_vs_batch.png",
     "09_serving/arrivals.png",
+    "10_curves/curve.csv", "10_curves/real_drafters.csv", "10_curves/step_budget.csv", "10_curves/draft_phase.csv",
+    "10_curves/best_k.csv", "10_curves/breakeven.csv", "10_curves/alpha_needed.csv", "10_curves/gpu_predicted.csv",
+    "10_curves/speedup_vs_alpha.png", "10_curves/gpu_predicted.png",
 ]
 
 

@@ -127,6 +127,19 @@ def method_kwargs(pair, spec: dict, k: int | None = None) -> dict:
     return kw
 
 
+def unrunnable(pair, spec: dict) -> str | None:
+    """Why a method as the book's parameters write it (:func:`method_kwargs`) cannot run on ``pair``, or None when
+    it can: a drafter the pair lacks, or a θ / K "auto" with nothing stored with the draft."""
+    drafter = pair.drafters.get(spec.get("drafter")) if spec.get("drafter") is not None else None
+    if spec.get("drafter") is not None and drafter is None:
+        return f"no {spec['drafter']!r} drafter"
+    if spec.get("confidence") == "auto" and spec["method"] not in getattr(drafter, "calibrated", {}):
+        return "no θ stored with the draft (scripts/calibrate_confidence.py)"
+    if spec.get("k") == "auto" and getattr(drafter, "calibration", None) is None:
+        return "no K stored with the draft (scripts/calibrate_confidence.py)"
+    return None
+
+
 def stored_k(pair, spec: dict) -> dict:
     """``spec`` with ``"k": "auto"`` replaced by the fixed K stored with its drafter (``fixed_k`` of the model
     draft's ``confidence.json``: the best fixed K on held-out training prompts, ``scripts/calibrate_confidence.py``);
