@@ -58,3 +58,10 @@ def test_overlap_of_interquartile_ranges():
 
     a, b, c = (pd.Series(dict(q25=lo, q75=hi)) for lo, hi in ((0.9, 1.1), (1.05, 1.3), (1.2, 1.4)))
     assert report.overlap(a, b) and report.overlap(b, c) and not report.overlap(a, c)
+
+
+def test_a_small_sample_gets_no_verdict_word_when_a_minimum_is_given():
+    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=3).endswith("faster")
+    said = report.ratio_phrase_median(1.5, 1.3, 1.7, n=3, min_n=6)
+    assert said == "1.50× (IQR 1.30–1.70, 3 pairs): unresolved at this size (n = 3, fewer than 6)"
+    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=6, min_n=6).endswith("faster")

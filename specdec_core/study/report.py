@@ -20,12 +20,16 @@ def verdict(median: float, q25: float, q75: float, better: str = "faster", worse
     return better if q25 > 1 else worse if q75 < 1 else "ties"
 
 
-def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, **words) -> str:
-    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles."""
+def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, min_n: int | None = None,
+                        **words) -> str:
+    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles; with ``min_n``, a sample of fewer
+    than ``min_n`` pairs gets no verdict word: ``'unresolved at this size (n = 3)'``."""
     if n == 1:  # one pair has no spread: no IQR, no verdict
         return f"{median:.2f}× (one pair, no verdict)"
     pairs = f", {n} pairs" if n is not None else ""
     said = verdict(median, q25, q75, **words)
+    if min_n is not None and n is not None and n < min_n:
+        said = f"unresolved at this size (n = {n}, fewer than {min_n})"
     narrow = f"{q25:.2f}" == f"{q75:.2f}" and q25 != q75  # a spread that two decimals would hide
 
     def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly
