@@ -160,8 +160,10 @@ if assert_identity:
 # %% [markdown]
 # ## Speedup against α: measured points and the theory
 # Markers: the measured paired speedup (tokens/s ÷ autoregressive, prefill included, median over prompts, IQR
-# bars), one colour per K. Lines: Theorem 3.8 with this run's verify ratios and c (0 for free proposals). Black
-# symbols (right panel, since they pay their own draft): the book's real drafters at their measured α and speed.
+# bars), one colour per K. Lines: Theorem 3.8 with this run's verify ratios and c (0 for free proposals); the theorem
+# models the decode loop alone, so at high α, where the loop gets short beside the prefill both decoders pay, the
+# markers sit below the lines by that share too (the next section compares decode loops). Black symbols (right
+# panel, since they pay their own draft): the book's real drafters at their measured α and speed.
 
 # %%
 curve = curves.curve_table(runs, c, vr)
