@@ -49,7 +49,7 @@ BOOK_JOBS ?= 2
 test: venv
 	$(PY) -m pytest -q $(XDIST) tests -m "not chapter2"
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci --jobs $(BOOK_JOBS) --alone 01
-	$(PY) -m pytest -q tests/test_book_outputs.py
+	SPECDEC_REQUIRE_BOOK=1 $(PY) -m pytest -q tests/test_book_outputs.py
 
 test-fast: venv
 	$(PY) -m pytest -q $(XDIST) tests -m "not slow"

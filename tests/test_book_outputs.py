@@ -8,6 +8,7 @@ announce a section as skipped ("skipped", "not run at this size").
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -80,6 +81,16 @@ def _hits(path: Path, patterns: dict) -> list[str]:
 
 
 needs_book = pytest.mark.skipif(not NOTEBOOKS, reason=f"no executed CI book under {EXECUTED} (make test writes it)")
+# `make test` sets SPECDEC_REQUIRE_BOOK=1 after writing the CI book: there, a missing book (or chapter) fails
+REQUIRED = os.environ.get("SPECDEC_REQUIRE_BOOK") == "1"
+
+
+@pytest.mark.skipif(not REQUIRED, reason="only where the CI book was just written (make test sets SPECDEC_REQUIRE_BOOK)")
+def test_the_ci_book_holds_every_chapter():
+    chapters = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.py"))
+    executed = [p.stem for p in NOTEBOOKS]
+    assert executed, f"no executed CI book under {EXECUTED}"
+    assert sorted(executed) == chapters, f"chapters not in the CI book: {sorted(set(chapters) - set(executed))}"
 
 
 @needs_book

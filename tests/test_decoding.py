@@ -48,7 +48,8 @@ def test_linear_stats_record(toy16):
     assert sum(n + 1 for n in s["accepted_lengths"]) + 1 >= len(res.tokens)
     assert 0 <= s["alpha"] <= 1 and s["tau"] == pytest.approx(len(res.tokens) / s["target_passes"])
     assert len(s["token_times"]) == len(res.tokens)
-    assert all(s[f"{p}_s"] >= 0 for p in ("draft", "verify", "accept", "commit"))
+    phases = [s[f"{p}_s"] for p in ("draft", "verify", "accept", "commit")]
+    assert all(t > 0 for t in phases) and sum(phases) <= s["decode_s"]  # every phase ran, inside the decode loop
 
 
 def test_max_new_tokens_reached_mid_block(toy16):
@@ -89,7 +90,7 @@ def test_embedded_autoregressive_equals_generate(smol):
                  "Translate to French: The weather is nice today."]:
         ids = smol.encode_chat(text)
         ours = sd.generate(smol.target, ids, max_new_tokens=32)
-        assert ours.tokens == hf_greedy(smol.target, ids, 32, eos=2)[: len(ours.tokens)]
+        assert ours.tokens == hf_greedy(smol.target, ids, 32, eos=2)  # both stop at EOS: a truncated output fails
 
 
 @pytest.mark.slow
