@@ -28,6 +28,9 @@
 # 5. **Negative controls**: real bugs (the lossy mutants), which the same tests must catch.
 # 6. **The real model**: conditional goodness of fit and a two-sample test on the embedded target.
 # 7. **Greedy**: every method reproduces autoregressive greedy decoding.
+# 8. **Auditing other implementations**: the same gate as a function of any decoder
+#    (`specdec_core.study.exactness.audit`), applied to transformers' decoders beside ours, with lossy mutants as
+#    negative controls, the power it has against them and the family's false-positive rate by simulation.
 #
 # Notation: **p = target law, q = draft law**. Every sample below comes from `sd.generate` — the code
 # path the rest of the book times — with seed `seed0 + i` for continuation i.
@@ -84,6 +87,15 @@ greedy_ks = [1, 2, 4]
 greedy_real_texts = ["What is the capital of France?", "Write a haiku about autumn leaves."]
 greedy_real_len = 32
 near_tie = 1e-3              # float32: a divergence is excused only where the top-2 logits differ by less
+# section 8, auditing any decoder: transformers' generate, assisted generation and prompt lookup beside ours
+audit_settings = [{"name": "T=1", "temperature": 1.0},
+                  {"name": "T=0.7, top-k=50", "temperature": 0.7, "top_k": 50},
+                  {"name": "top-p=0.9", "temperature": 1.0, "top_p": 0.9}]
+audit_len = 2                # tokens per audited continuation (the first one the accept/reject rule decides is the 2nd)
+audit_k = 2                  # draft length of every speculative decoder audited
+audit_n = 400                # toy pair: continuations per (decoder, setting)
+audit_real_n = 100           # embedded target: continuations per (decoder, setting), and of the target's reference
+audit_calibration = 1000     # simulated families under the exact law: the audit's false-positive rate
 
 # %%
 import warnings
@@ -106,7 +118,7 @@ from scipy import stats
 
 import specdec_core as sd
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import book, report
+from specdec_core.study import book, peers, report
 from specdec_core.study import exactness as ex
 from specdec_core.study import mutants as mu
 from specdec_core.verify import overlap, speculative_sample
@@ -607,6 +619,106 @@ if not real_g.equal.all():
 assert toy_ok and real_ok, greedy[~greedy.equal]
 
 # %% [markdown]
+# ## 8 · Auditing other implementations
+#
+# The gate above judges this library's decoders; `specdec_core.study.exactness.audit` makes it a function of any
+# decoder, `runner(ids, setting, seed) -> tokens`. On the toy pair the reference is the enumerated law of the first
+# `audit_len` tokens (Pearson's test, a TV bound, and the sampled law's χ²-divergence); on the embedded target it is
+# the target's own sampled continuations (the two-sample test of section 6). Holm's correction runs over the whole
+# family of (decoder, setting) rows, so a family of correct decoders fails with probability at most α, which a
+# simulation under the exact law checks. Audited: transformers' `generate` (the control: it does not speculate),
+# assisted generation with the toy draft as its assistant and prompt lookup, beside this library's linear, tree and
+# parallel decoders, at temperature 1, at `generate()`'s default top-k of 50 with temperature 0.7, and at top-p 0.9.
+# Negative controls, which must fail: a sampler that emits the draft's tokens unverified, the residual drawn from p,
+# q reported from raw logits (harmless at temperature 1 without truncation; lossy wherever a temperature rescales
+# the draft's law, which is where it must be caught; under top-p alone it changes only the truncated tail's share,
+# shown but not counted), acceptance with probability p(x). Their χ²-divergences, measured in the same run, give each row's **power**: the probability that its test,
+# at Holm's strictest level and at this n, rejects the weakest of them.
+
+# %%
+t0 = time.perf_counter()
+audit_prompt = prompt  # the toy prompt of sections 2–5
+mut_runners = {m: ex.mutant_runner(toy, m, audit_len, k=audit_k) for m in ex.AUDIT_MUTANTS}
+mut_table = ex.audit_family(mut_runners, toy, [audit_prompt], audit_settings, audit_n, audit_len,
+                            seed=seed0 + 3 * 10**8, alpha=alpha)
+mut_table["lossy_here"] = [r.setting in ex.lossy_settings(r.runner, audit_settings) for r in mut_table.itertuples()]
+against = ex.weakest(mut_table[mut_table.lossy_here])
+ours_specs = [s for s in ("linear:model", "tree:model", "parallel:block") if ex.unavailable(toy, s) is None]
+audit_runners = {f"specdec {s}": ex.library_runner(toy, s, audit_len, k=audit_k) for s in ours_specs}
+audit_runners.update(peers.audit_runners(toy, audit_len, k=audit_k))
+toy_audit = ex.audit_family(audit_runners, toy, [audit_prompt], audit_settings, audit_n, audit_len,
+                            seed=seed0 + 4 * 10**8, alpha=alpha, against=against)
+calib = ex.calibrate_audit(toy, [audit_prompt], audit_settings, audit_n, rows_per_setting=len(audit_runners),
+                           reps=audit_calibration, alpha=alpha, seed=seed0)
+print(f"toy pair: {len(audit_runners)} decoders and {len(mut_runners)} mutants × {len(audit_settings)} settings × "
+      f"{audit_n} continuations of {audit_len} tokens in {time.perf_counter() - t0:.0f} s")
+both = pd.concat([toy_audit.assign(kind="decoder"), mut_table.assign(kind="mutant")], ignore_index=True)
+ch.save(both, "audit_toy")
+ch.save(pd.DataFrame([calib]), "audit_calibration")
+show = both.assign(verdict=np.where(both.passed, "pass", "FAIL"))
+display(show.pivot_table(index=["kind", "runner"], columns="setting", values="verdict", aggfunc="first", sort=False))
+display(report.shown(toy_audit.pivot_table(index="runner", columns="setting", values="power", sort=False)))
+fig, ax = plt.subplots(figsize=(8, 0.45 * both.runner.nunique() + 1.2))
+heat = both.assign(neglog=-np.log10(both.p_holm.clip(lower=1e-6))).pivot_table(
+    index="runner", columns="setting", values="neglog", sort=False)
+sns.heatmap(heat, annot=True, fmt=".1f", cmap="rocket_r", vmin=0, vmax=6, cbar_kws={"label": "−log10 p (Holm)"},
+            ax=ax)
+ax.set(title=f"audit on the toy pair, n = {audit_n}: a row fails above {-np.log10(alpha):.0f}", xlabel="", ylabel="")
+fig.tight_layout()
+ch.savefig(fig, "audit_toy")
+
+# %% [markdown]
+# The same decoders on the embedded target (its sampled continuations as the reference; the draft as transformers'
+# assistant in its closest runnable form, `study.peers.hf_assistant`). A two-sample test of few samples: it catches
+# gross errors; the toy pair the subtle ones.
+
+# %%
+t0 = time.perf_counter()
+real_specs = [s for s in ("linear:model", "tree:model", "parallel:block") if ex.unavailable(real, s) is None]
+real_runners = {f"specdec {s}": ex.library_runner(real, s, audit_len, k=audit_k) for s in real_specs}
+real_runners.update(peers.audit_runners(real, audit_len, k=audit_k))
+real_audit = ex.audit_family(real_runners, real, [real_ids], audit_settings, audit_real_n, audit_len,
+                             seed=seed0 + 5 * 10**8, alpha=alpha)
+print(f"{real_model}: {len(real_runners)} decoders × {len(audit_settings)} settings × {audit_real_n} continuations "
+      f"in {time.perf_counter() - t0:.0f} s")
+ch.save(real_audit, "audit_real")
+display(real_audit.assign(verdict=np.where(real_audit.passed, "pass", "FAIL")).pivot_table(
+    index="runner", columns="setting", values="verdict", aggfunc="first", sort=False))
+
+# %%
+lossy_rows = mut_table[mut_table.lossy_here]
+failed_peers = pd.concat([toy_audit, real_audit])
+failed_peers = failed_peers[~failed_peers.passed]
+lines = [f"- **Decoders, toy pair (exact law)**: {int(toy_audit.passed.sum())} of {len(toy_audit)} (decoder, setting) "
+         f"rows pass at family-wise α = {alpha} (n = {audit_n}); the smallest Holm-adjusted p is "
+         f"{toy_audit.p_holm.min():.3g} ({toy_audit.loc[toy_audit.p_holm.idxmin(), 'runner']}, "
+         f"{toy_audit.loc[toy_audit.p_holm.idxmin(), 'setting']}).",
+         f"- **Decoders, {real_model} (two-sample, n = {audit_real_n})**: {int(real_audit.passed.sum())} of "
+         f"{len(real_audit)} rows pass.",
+         f"- **Negative controls**: {int((~lossy_rows.passed).sum())} of {len(lossy_rows)} (mutant, setting) rows where the "
+         f"bug must be caught fail; raw-logits q where no temperature rescales the law (harmless at T = 1, lossy under "
+         f"top-p only through the truncated tail) "
+         + (f"passes in {int(mut_table[~mut_table.lossy_here].passed.sum())} of {int((~mut_table.lossy_here).sum())} "
+            "rows (χ²-divergence " + ", ".join(f"{r.setting} {r.divergence:.4f}" for r in
+                                               mut_table[~mut_table.lossy_here].itertuples()) + ")."
+            if (~mut_table.lossy_here).any() else "does not occur in these settings."),
+         f"- **Power**: against the weakest lossy mutant of each setting (χ²-divergence "
+         + ", ".join(f"{k} {v:.3f}" for k, v in against.items()) + f"), each row's test at Holm's strictest level "
+         f"rejects with probability {toy_audit.power.min():.3f}–{toy_audit.power.max():.3f} at n = {audit_n}.",
+         f"- **False-positive rate of the family** ({calib['rows']} rows) by {calib['reps']} simulations under the exact "
+         f"law: {calib['rate']:.3f} (95% interval {calib['lo95']:.3f}–{calib['hi95']:.3f}) against α = {alpha}: "
+         + ("within it." if calib["lo95"] <= alpha else "ABOVE it.")]
+if len(failed_peers):
+    for r in failed_peers.itertuples():
+        lines.append(f"- **{r.runner} fails** at {r.setting} (prompt {r.prompt}, n = {r.n}): p_holm = {r.p_holm:.3g}"
+                     + (f", χ²-divergence {r.divergence:.3f}, TV ≤ {r.tv_upper:.3f}" if r.divergence == r.divergence
+                        else "") + ".")
+display(Markdown("\n".join(lines)))
+assert (~lossy_rows.passed).all(), lossy_rows[lossy_rows.passed]
+assert toy_audit[toy_audit.runner.str.startswith("specdec") | (toy_audit.runner == "transformers generate")].passed.all()
+assert calib["lo95"] <= alpha, calib
+
+# %% [markdown]
 # ## Summary
 #
 # - The acceptance rule emits p: measured acceptance matches α = Σ min(p, q) = 1 − TV(p, q), at the rule
@@ -634,7 +746,10 @@ summary = dict(family_runs=len(family), family_min_p_holm=float(family.p_holm.mi
                tv_upper=bound.tv_upper, epsilon=epsilon, tv_N=bound.N,
                calibration_inside=bool(calibrated.inside.all()), mutants_caught=int(lossy.caught.sum()), mutants=len(lossy),
                harmless_passed=int((~harmless.caught).sum()), real_checks=len(real_df),
-               greedy_runs=len(greedy))
+               greedy_runs=len(greedy), audit_rows=len(toy_audit) + len(real_audit),
+               audit_passed=int(toy_audit.passed.sum() + real_audit.passed.sum()),
+               audit_mutant_rows_failed=int((~lossy_rows.passed).sum()), audit_mutant_rows=len(lossy_rows),
+               audit_false_positive_rate=calib["rate"])
 pd.Series(summary).to_csv(ch.out / "summary.csv", header=False)  # deterministic: no timings in the tables
 print(f"summary.csv written ({time.perf_counter() - t_start:.0f} s for the chapter)")
 n_div = int((~real_g.equal).sum())

@@ -64,7 +64,6 @@ from tqdm import TqdmWarning
 # without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
 warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
 
-import logging
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -77,17 +76,6 @@ from IPython.display import Markdown
 import specdec_core as sd
 from specdec_core.study import bench, book, gpu, peers, report, theory
 
-
-class _NoAssistantDefaults(logging.Filter):
-    """transformers logs, once per assisted run, that it copied the assistant's own ``num_assistant_tokens``
-    into the generation config: that is what :mod:`~specdec_core.study.peers` sets on purpose (a fixed K), so the
-    notice is filtered at its logger, and only that notice."""
-
-    def filter(self, record):
-        return "default values have been modified to match model-specific defaults" not in record.getMessage()
-
-
-logging.getLogger("transformers.generation.utils").addFilter(_NoAssistantDefaults())
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file)

@@ -28,6 +28,7 @@ from scipy import optimize, stats
 
 from ..decode import generate
 from ..sampling import SamplingParams, process_logits
+from ..verify import speculative_sample
 
 
 # -- exact laws --------------------------------------------------------------------------------
@@ -483,3 +484,229 @@ def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int 
     s = sample_sequences(pair.target, prompt, n, N, params, "linear", drafter, k=k, seed0=seed0, threads=threads,
                          rule=c["rule"])
     return gof_test(s.counts(V), law, min_expected, seed=seed0), s
+
+
+# -- auditing any decoder ----------------------------------------------------------------------------------
+EXACT_CELLS = 2 ** 16  # the audit enumerates the target's law when the continuations have at most this many cells
+
+
+def _continuations(runner, ids: torch.Tensor, setting: dict, n: int, length: int, seed: int, name: str) -> np.ndarray:
+    """``n`` continuations ``[n, length]`` from ``runner(ids, setting, seed + i)`` (a decoder that returns fewer than
+    ``length`` tokens, or anything but token ids, is refused by name)."""
+    rows = []
+    for i in range(n):
+        toks = list(runner(ids.clone(), dict(setting), seed + i))
+        if len(toks) < length:
+            raise ValueError(f"{name}: returned {len(toks)} token(s) for seed {seed + i} with setting {setting}, the "
+                             f"audit reads the first {length} (an EOS too early? use another prompt or a shorter length)")
+        bad = [t for t in toks[:length] if isinstance(t, bool) or not isinstance(t, (int, np.integer))]
+        if bad:
+            raise ValueError(f"{name}: returned {bad[0]!r}, not a token id (a runner returns a list of ints)")
+        rows.append([int(t) for t in toks[:length]])
+    return np.array(rows, dtype=np.int64)
+
+
+def chi2_divergence(counts, probs, min_expected: float = 5.0) -> float:
+    """χ²(Q‖p) of the law Q that produced ``counts``, on the bins the goodness-of-fit test uses (:func:`pool_cells`),
+    estimated without bias: Σ (f − e)² / e − (bins − 1) / N, at least 0 (mass outside p's support counts in full)."""
+    counts, probs = np.asarray(counts, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+    N = int(counts.sum())
+    labels, _ = pool_cells(probs, N, min_expected)
+    keep = labels >= 0
+    f = np.bincount(labels[keep], weights=counts[keep], minlength=int(labels.max()) + 1) / N
+    e = np.bincount(labels[keep], weights=probs[keep], minlength=int(labels.max()) + 1)
+    return max(float(((f - e) ** 2 / e).sum() - (len(e) - 1) / N), 0.0) + float(counts[~keep].sum()) / N
+
+
+def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 0, alpha: float = 0.01,
+          min_expected: float = 5.0, name: str = "runner", against: dict | None = None,
+          references: dict | None = None) -> "pd.DataFrame":
+    """Does ``runner`` sample the target's law? One row per prompt × setting, with Holm's correction across the rows.
+
+    ``runner(ids, setting, seed) -> list[int]``: any decoder; ``ids`` a 1-D LongTensor (the prompt), ``setting`` a dict
+    such as ``{"name": "T=0.7, top-k=50", "temperature": 0.7, "top_k": 50}``, ``seed`` distinct per continuation
+    (``seed``, ``seed + 1``, …); it returns the tokens it committed, of which the first ``length`` are read. ``pair``:
+    its target's law is the reference. Where the continuations have at most :data:`EXACT_CELLS` cells (a toy pair)
+    the law is enumerated exactly (:func:`sequence_law`) and tested by :func:`gof_test`, with an upper bound on TV
+    (:func:`tv_upper_bound`) and the sampled law's χ²-divergence (:func:`chi2_divergence`); otherwise the reference is
+    ``n`` of the target's own continuations (``sd.generate``, autoregressive, seeds from ``seed + 10**7``) and the test
+    is :func:`homogeneity_test` (a permutation p-value, exact at any n).
+
+    ``against``: setting name → the χ²-divergence of the weakest known lossy mutant in that setting (:func:`weakest`
+    of a mutants' audit): ``power`` is then the probability that this test, at this n and at Holm's strictest level
+    (α / rows), rejects that mutant; NaN without it, and on a real pair. ``passed``: ``p_holm >= alpha``.
+    ``references``: a dict that keeps the real pair's reference samples between calls (:func:`audit_family` shares
+    one across its runners: every runner is compared with the same continuations of the target).
+    The verdict rule: the family passes when every row passes; a correct decoder fails it with probability at most
+    α (Holm controls the family-wise error; :func:`calibrate_audit` checks it by simulation).
+    """
+    import pandas as pd
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an integer >= 2 (continuations per prompt and setting), got {n!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not callable(runner):
+        raise ValueError(f"runner must be a callable (ids, setting, seed) -> list[int], got {type(runner).__name__}")
+    V = pair.target.config.get_text_config().vocab_size
+    exact = V ** length <= EXACT_CELLS
+    rows = []
+    for j, prompt in enumerate(prompts):
+        ids = torch.as_tensor(prompt, dtype=torch.long).view(-1)
+        for setting in settings:
+            params = setting_params(setting)
+            toks = _continuations(runner, ids, setting, n, length, seed, name)
+            row = dict(runner=name, prompt=j, setting=setting["name"], n=n, length=length)
+            if exact:
+                law = sequence_law(pair.target, ids, length, params)
+                counts = np.bincount(cell_index(toks, V), minlength=V ** length)
+                g = gof_test(counts, law, min_expected, seed=seed + len(rows))
+                row.update(reference="exact law", statistic=g.statistic, df=g.df, p=g.pvalue, impossible=g.impossible,
+                           tv_upper=tv_upper_bound(counts, law, min_expected=min_expected).tv_upper,
+                           divergence=chi2_divergence(counts, law, min_expected))
+            else:
+                key = (tuple(ids.tolist()), setting["name"], n, length, seed)
+                refs = {} if references is None else references
+                if key not in refs:
+                    refs[key] = sample_sequences(pair.target, ids, length, n, params, seed0=seed + 10 ** 7).tokens
+                ref = refs[key]
+                stat, df, pv, _ = homogeneity_test(toks, ref, min_expected, seed=seed + len(rows))
+                row.update(reference=f"target's own continuations (n = {n})", statistic=stat, df=df, p=pv,
+                           impossible=0, tv_upper=float("nan"), divergence=float("nan"))
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out.p)
+    level = alpha / len(out)  # Holm's first (strictest) threshold: the power it states is a lower bound
+    out["power"] = [power_against(against.get(r.setting), r.n, r.df, level) if against and r.reference == "exact law"
+                    else float("nan") for r in out.itertuples()]
+    out["passed"] = out.p_holm >= alpha
+    return out
+
+
+def power_against(divergence: float | None, n: int, df: int, level: float) -> float:
+    """Power of the level-``level`` Pearson test (``df``) against a law at χ²-divergence ``divergence`` from p, with
+    ``n`` samples: the noncentral χ² with λ = n · divergence (NaN without a divergence)."""
+    if divergence is None or divergence != divergence:
+        return float("nan")
+    return float(stats.ncx2.sf(stats.chi2.isf(level, df), df, n * divergence)) if divergence > 0 else level
+
+
+def audit_family(runners: dict, pair, prompts, settings, n: int, length: int = 2, seed: int = 0, alpha: float = 0.01,
+                 min_expected: float = 5.0, against: dict | None = None, progress=None) -> "pd.DataFrame":
+    """:func:`audit` of several runners (name → runner), with Holm's correction over *all* their rows: the family
+    passes when every row does, and a family of correct decoders fails with probability at most ``alpha``."""
+    import pandas as pd
+
+    names, refs = list(runners), {}
+    it = progress(names, desc="audit") if progress else names
+    table = pd.concat([audit(runners[m], pair, prompts, settings, n, length, seed, alpha, min_expected, m, against,
+                             refs) for m in it], ignore_index=True)
+    table["p_holm"] = holm(table.p)
+    table["power"] = [power_against((against or {}).get(r.setting), r.n, r.df, alpha / len(table))
+                      if r.reference == "exact law" else float("nan") for r in table.itertuples()]
+    table["passed"] = table.p_holm >= alpha
+    return table
+
+
+def weakest(mutant_table, lossy_in: dict | None = None) -> dict:
+    """Setting name → the smallest χ²-divergence among the mutants of an audit table (those ``lossy_in[runner]``
+    names as lossy in that setting; all, without it): what :func:`audit`'s ``against`` takes."""
+    out = {}
+    for r in mutant_table.itertuples():
+        if lossy_in is not None and r.setting not in lossy_in.get(r.runner, ()):
+            continue
+        out[r.setting] = min(out.get(r.setting, float("inf")), r.divergence)
+    return out
+
+
+def calibrate_audit(pair, prompts, settings, n: int, rows_per_setting: int, length: int = 2, reps: int = 1000,
+                    alpha: float = 0.01, min_expected: float = 5.0, seed: int = 0) -> dict:
+    """The family's false-positive rate by simulation: ``reps`` times, every row of a family of correct decoders
+    (``rows_per_setting`` runners for each prompt × setting) gets a multinomial sample of size ``n`` from the exact
+    law, tested as :func:`audit` tests it; Holm across the family. Returns the rejection rate of the family, its 95%
+    Clopper–Pearson interval, the rows and ``alpha``: the rate must not exceed α beyond its interval."""
+    V = pair.target.config.get_text_config().vocab_size
+    if V ** length > EXACT_CELLS:
+        raise ValueError(f"calibration needs an enumerable law: {V}**{length} cells exceed {EXACT_CELLS}")
+    laws = [sequence_law(pair.target, torch.as_tensor(pr, dtype=torch.long), length, setting_params(s))
+            for pr in prompts for s in settings]
+    rng = np.random.default_rng([int(seed), 13])
+    rejected = 0
+    for r in range(reps):
+        ps = [gof_test(rng.multinomial(n, law / law.sum()), law, min_expected, seed=seed + 10 ** 6 + r * 1000 + i).pvalue
+              for i, law in enumerate(laws) for _ in range(rows_per_setting)]
+        rejected += bool((holm(ps) < alpha).any())
+    lo, hi = binomial_interval(rejected, reps, 0.95)
+    return dict(reps=reps, rows=len(laws) * rows_per_setting, rejected=rejected, rate=rejected / reps, lo95=lo,
+                hi95=hi, alpha=alpha)
+
+
+def library_runner(pair, spec: str, length: int, k: int = 2):
+    """This library's decoder ``spec`` (``"linear:model"``, ``"tree:ngram"``, ``"autoregressive"``, …) as an
+    :func:`audit` runner decoding ``length`` tokens with draft length / depth ``k``."""
+    why = unavailable(pair, spec)
+    if why:
+        raise ValueError(why)
+    method, dname = parse_spec(spec)
+    drafter, conf = pair.drafters.get(dname), spec_confidence(spec)
+
+    def run(ids, setting, seed):
+        p = setting_params(setting)
+        return generate(pair.target, ids, drafter=drafter, method=method, k=k, max_new_tokens=length,
+                        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed, confidence=conf).tokens
+    return run
+
+
+def example_runner(pair, length: int):
+    """scripts/audit_decoder.py's example of a runner factory: this library's linear decoder with the pair's draft."""
+    return library_runner(pair, "linear:model", length)
+
+
+# Lossy samplers the audit must reject, as runners: where each bug bites (a setting name → lossy or not).
+AUDIT_MUTANTS = {
+    "draft only (no verification)": "emits the draft's own samples: lossy wherever q ≠ p",
+    "residual from p": "at a rejection samples p, not norm(max(0, p − q))",
+    "q from raw logits": "samples the processed draft law, reports q from raw logits: lossy under any processing",
+    "accept with p(x)": "accepts a draft token with probability p(x), not min(1, p/q)",
+}
+
+
+def mutant_runner(pair, name: str, length: int, k: int = 2):
+    """The lossy sampler ``name`` of :data:`AUDIT_MUTANTS` as an :func:`audit` runner on ``pair`` (a pair whose
+    ``"model"`` drafter wraps a Hugging Face causal LM: the toy pairs)."""
+    from . import mutants
+
+    if name not in AUDIT_MUTANTS:
+        raise ValueError(f"unknown mutant {name!r}; choose one of {sorted(AUDIT_MUTANTS)}")
+    draft = pair.drafters["model"]
+    rule, drafter = speculative_sample, draft
+    if name == "draft only (no verification)":
+        def run(ids, setting, seed):
+            p = setting_params(setting)
+            return generate(draft.model, ids, max_new_tokens=length, temperature=p.temperature, top_k=p.top_k,
+                            top_p=p.top_p, seed=seed).tokens
+        return run
+    if name == "residual from p":
+        rule = mutants.residual_from_p
+    elif name == "accept with p(x)":
+        rule = mutants.accept_with_p
+    else:
+        drafter = mutants.RawLogitsQ(draft)
+
+    def run(ids, setting, seed):
+        p = setting_params(setting)
+        return generate(pair.target, ids, drafter=drafter, method="linear", k=k, max_new_tokens=length,
+                        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed, rule=rule).tokens
+    return run
+
+
+def lossy_settings(name: str, settings) -> list[str]:
+    """The settings (names) in which the audit must catch mutant ``name``: raw-logits q where a temperature other
+    than 1 rescales the whole draft law; the others everywhere. (Under top-k or top-p alone raw-logits q is lossy
+    too, but only through the truncated tail's mass: a divergence too small to promise a catch at the book's sizes,
+    so its rows are shown and not counted.)"""
+    if name != "q from raw logits":
+        return [s["name"] for s in settings]
+    return [s["name"] for s in settings if setting_params(s).temperature != 1.0]

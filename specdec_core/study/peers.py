@@ -6,6 +6,7 @@ Settings mirror ours: same K (constant schedule, no confidence cut-off), same EO
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 
@@ -58,9 +59,21 @@ def hf_assistant(draft, target):
     return m
 
 
+class _NoAssistantDefaults(logging.Filter):
+    """transformers logs, once per assisted run, that it copied the assistant's own ``num_assistant_tokens`` into the
+    generation config: that is what :func:`assisted_runner` sets on purpose (a fixed K), so that notice, and only
+    that one, is filtered at its logger."""
+
+    def filter(self, record):
+        return "default values have been modified to match model-specific defaults" not in record.getMessage()
+
+
 def assisted_runner(target, assistant, k: int, max_new_tokens: int, temperature: float = 0.0,
                     top_k: int = 0, top_p: float = 1.0, seed: int = 0):
     """transformers' assisted generation with a constant K draft tokens and no confidence cut-off."""
+    log = logging.getLogger("transformers.generation.utils")
+    if not any(isinstance(f, _NoAssistantDefaults) for f in log.filters):
+        log.addFilter(_NoAssistantDefaults())
     assistant.generation_config.num_assistant_tokens = k
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     assistant.generation_config.assistant_confidence_threshold = 0.0
@@ -69,3 +82,28 @@ def assisted_runner(target, assistant, k: int, max_new_tokens: int, temperature:
 
 def prompt_lookup_runner(target, k: int, max_new_tokens: int, max_ngram: int = 3, **kw):
     return hf_runner(target, max_new_tokens, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram, **kw)
+
+
+def audit_runners(pair, length: int, k: int = 2) -> dict:
+    """transformers' decoders as runners for :func:`specdec_core.study.exactness.audit` (``(ids, setting, seed) ->
+    tokens``): plain ``generate`` (the control), assisted generation with the pair's draft as assistant (the draft's
+    own model where it is a transformers model, as on the toy pairs; else :func:`hf_assistant`), prompt lookup; each
+    decoding ``length`` tokens with every sampling knob of the setting set (``top_k`` 0: none), K = ``k``."""
+    from transformers import PreTrainedModel
+
+    target = pair.target
+
+    def runner(make):
+        def run(ids, setting, seed):
+            kw = dict(temperature=float(setting.get("temperature", 1.0)), top_k=int(setting.get("top_k", 0)),
+                      top_p=float(setting.get("top_p", 1.0)), seed=seed)
+            return make(**kw)(ids)["tokens"]
+        return run
+
+    out = {"transformers generate": runner(lambda **kw: hf_runner(target, length, **kw))}
+    if "model" in pair.drafters:
+        draft = pair.drafters["model"].model
+        assistant = draft if isinstance(draft, PreTrainedModel) else hf_assistant(draft, target)
+        out["transformers assisted"] = runner(lambda **kw: assisted_runner(target, assistant, k, length, **kw))
+    out["transformers prompt lookup"] = runner(lambda **kw: prompt_lookup_runner(target, k, length, **kw))
+    return out
