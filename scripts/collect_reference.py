@@ -19,6 +19,8 @@ KEEP = [
     "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
     "01_bottleneck/blas_paths.csv", "01_bottleneck/blas_paths.png",
     "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
+    "02_exactness/audit_toy.csv", "02_exactness/audit_real.csv", "02_exactness/audit_calibration.csv",
+    "02_exactness/audit_toy.png",
     "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
     "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv", "04_tree/predicted_throughput.csv",
     "05_parallel/draft_cost.csv", "05_parallel/speed.csv", "05_parallel/parallel_vs_linear_by_task.csv",
