@@ -166,8 +166,7 @@ if assert_identity:
 # panel, since they pay their own draft): the book's real drafters at their measured α and speed.
 
 # %%
-curve = curves.curve_table(runs, c, vr)
-ch.save(curve, "curve")
+curve = curves.curve_table(runs, c, vr)  # saved below, with the theorem on the in-loop step cost
 real_pts = pd.DataFrame(columns=["runner", "median", "q25", "q75", "n", "alpha_hat"])
 if real:
     real_pts = bench.paired_ratios(runs[runs.runner.isin(["autoregressive", *real])], "autoregressive")

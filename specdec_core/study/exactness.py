@@ -490,6 +490,22 @@ def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int 
 EXACT_CELLS = 2 ** 16  # the audit enumerates the target's law when the continuations have at most this many cells
 
 
+def _knobs(setting: dict) -> dict:
+    """A setting's sampling knobs as :func:`~specdec_core.generate` takes them (temperature, top_k, top_p)."""
+    p = setting_params(setting)
+    return dict(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+
+
+def _verdicts(table, alpha: float, against: dict | None):
+    """Holm over the table's rows, each row's power against the weakest known mutant of its setting (at Holm's
+    strictest level, α / rows; exact-law rows only) and the verdict ``passed`` = ``p_holm >= alpha``."""
+    table["p_holm"] = holm(table.p)
+    table["power"] = [power_against((against or {}).get(r.setting), r.n, r.df, alpha / len(table))
+                      if r.reference == "exact law" else float("nan") for r in table.itertuples()]
+    table["passed"] = table.p_holm >= alpha
+    return table
+
+
 def _continuations(runner, ids: torch.Tensor, setting: dict, n: int, length: int, seed: int, name: str) -> np.ndarray:
     """``n`` continuations ``[n, length]`` from ``runner(ids, setting, seed + i)`` (a decoder that returns fewer than
     ``length`` tokens, or anything but token ids, is refused by name)."""
@@ -552,6 +568,7 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
         raise ValueError(f"runner must be a callable (ids, setting, seed) -> list[int], got {type(runner).__name__}")
     V = pair.target.config.get_text_config().vocab_size
     exact = V ** length <= EXACT_CELLS
+    refs = {} if references is None else references
     rows = []
     for j, prompt in enumerate(prompts):
         ids = torch.as_tensor(prompt, dtype=torch.long).view(-1)
@@ -568,7 +585,6 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
                            divergence=chi2_divergence(counts, law, min_expected))
             else:
                 key = (tuple(ids.tolist()), setting["name"], n, length, seed)
-                refs = {} if references is None else references
                 if key not in refs:
                     refs[key] = sample_sequences(pair.target, ids, length, n, params, seed0=seed + 10 ** 7).tokens
                 ref = refs[key]
@@ -576,13 +592,7 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
                 row.update(reference=f"target's own continuations (n = {n})", statistic=stat, df=df, p=pv,
                            impossible=0, tv_upper=float("nan"), divergence=float("nan"))
             rows.append(row)
-    out = pd.DataFrame(rows)
-    out["p_holm"] = holm(out.p)
-    level = alpha / len(out)  # Holm's first (strictest) threshold: the power it states is a lower bound
-    out["power"] = [power_against(against.get(r.setting), r.n, r.df, level) if against and r.reference == "exact law"
-                    else float("nan") for r in out.itertuples()]
-    out["passed"] = out.p_holm >= alpha
-    return out
+    return _verdicts(pd.DataFrame(rows), alpha, against)
 
 
 def power_against(divergence: float | None, n: int, df: int, level: float) -> float:
@@ -603,22 +613,13 @@ def audit_family(runners: dict, pair, prompts, settings, n: int, length: int = 2
     it = progress(names, desc="audit") if progress else names
     table = pd.concat([audit(runners[m], pair, prompts, settings, n, length, seed, alpha, min_expected, m, against,
                              refs) for m in it], ignore_index=True)
-    table["p_holm"] = holm(table.p)
-    table["power"] = [power_against((against or {}).get(r.setting), r.n, r.df, alpha / len(table))
-                      if r.reference == "exact law" else float("nan") for r in table.itertuples()]
-    table["passed"] = table.p_holm >= alpha
-    return table
+    return _verdicts(table, alpha, against)  # Holm again, now over every runner's rows
 
 
-def weakest(mutant_table, lossy_in: dict | None = None) -> dict:
-    """Setting name → the smallest χ²-divergence among the mutants of an audit table (those ``lossy_in[runner]``
-    names as lossy in that setting; all, without it): what :func:`audit`'s ``against`` takes."""
-    out = {}
-    for r in mutant_table.itertuples():
-        if lossy_in is not None and r.setting not in lossy_in.get(r.runner, ()):
-            continue
-        out[r.setting] = min(out.get(r.setting, float("inf")), r.divergence)
-    return out
+def weakest(mutant_table) -> dict:
+    """Setting name → the smallest χ²-divergence among the rows of a mutants' audit table (pass only the rows where
+    each mutant must be caught, :func:`lossy_settings`): what :func:`audit`'s ``against`` takes."""
+    return mutant_table.groupby("setting").divergence.min().to_dict()
 
 
 def calibrate_audit(pair, prompts, settings, n: int, rows_per_setting: int, length: int = 2, reps: int = 1000,
@@ -653,9 +654,8 @@ def library_runner(pair, spec: str, length: int, k: int = 2):
     drafter, conf = pair.drafters.get(dname), spec_confidence(spec)
 
     def run(ids, setting, seed):
-        p = setting_params(setting)
-        return generate(pair.target, ids, drafter=drafter, method=method, k=k, max_new_tokens=length,
-                        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed, confidence=conf).tokens
+        return generate(pair.target, ids, drafter=drafter, method=method, k=k, max_new_tokens=length, seed=seed,
+                        confidence=conf, **_knobs(setting)).tokens
     return run
 
 
@@ -664,11 +664,12 @@ def example_runner(pair, length: int):
     return library_runner(pair, "linear:model", length)
 
 
-# Lossy samplers the audit must reject, as runners: where each bug bites (a setting name → lossy or not).
+# Lossy samplers the audit must reject, as runners (:func:`mutant_runner`), by name → the bug;
+# :func:`lossy_settings` says where each must be caught.
 AUDIT_MUTANTS = {
     "draft only (no verification)": "emits the draft's own samples: lossy wherever q ≠ p",
     "residual from p": "at a rejection samples p, not norm(max(0, p − q))",
-    "q from raw logits": "samples the processed draft law, reports q from raw logits: lossy under any processing",
+    "q from raw logits": "samples the processed draft law, reports q from raw logits: lossy where processing changes it",
     "accept with p(x)": "accepts a draft token with probability p(x), not min(1, p/q)",
 }
 
@@ -684,9 +685,7 @@ def mutant_runner(pair, name: str, length: int, k: int = 2):
     rule, drafter = speculative_sample, draft
     if name == "draft only (no verification)":
         def run(ids, setting, seed):
-            p = setting_params(setting)
-            return generate(draft.model, ids, max_new_tokens=length, temperature=p.temperature, top_k=p.top_k,
-                            top_p=p.top_p, seed=seed).tokens
+            return generate(draft.model, ids, max_new_tokens=length, seed=seed, **_knobs(setting)).tokens
         return run
     if name == "residual from p":
         rule = mutants.residual_from_p
@@ -696,9 +695,8 @@ def mutant_runner(pair, name: str, length: int, k: int = 2):
         drafter = mutants.RawLogitsQ(draft)
 
     def run(ids, setting, seed):
-        p = setting_params(setting)
-        return generate(pair.target, ids, drafter=drafter, method="linear", k=k, max_new_tokens=length,
-                        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed, rule=rule).tokens
+        return generate(pair.target, ids, drafter=drafter, method="linear", k=k, max_new_tokens=length, seed=seed,
+                        rule=rule, **_knobs(setting)).tokens
     return run
 
 

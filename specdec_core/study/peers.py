@@ -11,6 +11,7 @@ import logging
 import torch
 
 from ..decode import eos_ids
+from .exactness import setting_params
 
 
 def _kwargs(target, temperature: float, top_k: int, top_p: float, max_new_tokens: int) -> dict:
@@ -95,9 +96,8 @@ def audit_runners(pair, length: int, k: int = 2) -> dict:
 
     def runner(make):
         def run(ids, setting, seed):
-            kw = dict(temperature=float(setting.get("temperature", 1.0)), top_k=int(setting.get("top_k", 0)),
-                      top_p=float(setting.get("top_p", 1.0)), seed=seed)
-            return make(**kw)(ids)["tokens"]
+            p = setting_params(setting)
+            return make(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, seed=seed)(ids)["tokens"]
         return run
 
     out = {"transformers generate": runner(lambda **kw: hf_runner(target, length, **kw))}
