@@ -33,13 +33,16 @@ from .verify import (chain_tests, greedy_accept, greedy_tree_accept, speculative
 
 @dataclass
 class Verdict:
-    """What *accept* decided: the new tokens (accepted drafts + the target's own) and the step's record."""
+    """What *accept* decided: the new tokens (accepted drafts + the target's own) and the step's record.
+
+    ``proposed``, ``drafted`` and ``tv_alpha`` are the step's entries in the :class:`~specdec_core.record.Stats`
+    fields of those names, ``accepted`` its entry in ``accepted_lengths`` (all defined in :mod:`specdec_core.record`)."""
 
     tokens: list[int]
     accepted: int = 0  # draft tokens kept
-    tested: int = 0  # draft tokens the verifier tested on its path (accepted + the first rejection)
+    proposed: int = 0  # draft tokens the verifier tested on its path (accepted + the first rejection)
     drafted: int = 0  # draft tokens / nodes in the verify pass
-    tests: list[float] = field(default_factory=list)  # each test's acceptance probability
+    tv_alpha: list[float] = field(default_factory=list)  # each test's acceptance probability
     path: list[int] = field(default_factory=list)  # trees: the accepted node ids, root to leaf
 
 
@@ -106,8 +109,8 @@ class Linear(Method):
         else:
             p = process_logits(logits, self.params)
             new, n = self.rule(draft.tokens, draft.q, p, self.generator)
-        tested = n + (n < kk)
-        return Verdict(new.tolist(), n, tested, kk, chain_tests(p, draft.q, draft.tokens, argmax, tested))
+        proposed = n + (n < kk)
+        return Verdict(new.tolist(), n, proposed, kk, chain_tests(p, draft.q, draft.tokens, argmax, proposed))
 
     def commit(self, lm, draft, verdict):
         lm.cache.rollback(draft.tokens.numel() - verdict.accepted)
@@ -143,8 +146,8 @@ class TreeSearch(Method):
         else:
             p = process_logits(logits, self.params)
             path, new = self.rule(t, draft.tokens, draft.q, p, self.generator)
-        tested = len(path) + bool(t.children[path[-1] if path else 0])
-        return Verdict(new.tolist(), len(path), tested, t.n, tree_tests(t, path, draft.q, p), path)
+        proposed = len(path) + bool(t.children[path[-1] if path else 0])
+        return Verdict(new.tolist(), len(path), proposed, t.n, tree_tests(t, path, draft.q, p), path)
 
     def commit(self, lm, draft, verdict):
         lm.cache.keep([self.root + i for i in verdict.path], start=self.root + 1)
@@ -184,7 +187,7 @@ def steps(method: Method, target, prompt: torch.Tensor, max_new_tokens: int, eos
             method.commit(lm, draft, v)
             new, done = cut(v.tokens, max_new_tokens - stats.new_tokens, eos)
             seq += new
-        stats.record_step(v.tested, v.accepted, v.drafted, v.tests, getattr(draft, "passes", 0))
+        stats.record_step(v.proposed, v.accepted, v.drafted, v.tv_alpha, getattr(draft, "passes", 0))
         stats.new_tokens += len(new)
         clock.mark_tokens(len(new))
         stats.decode_s = clock.now() - t_decode

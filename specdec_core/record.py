@@ -6,7 +6,8 @@ hold for every method:
 
 - ``proposed[i]``      draft tokens the verifier *tested* on the path it walked at step i: the accepted ones
                        plus the first rejected depth, if any (a chain's tokens after a rejection, or a tree's
-                       other branches, are never tested). Autoregressive steps: 0.
+                       other branches, are never tested). Autoregressive steps: 0. The core's one name for
+                       this count is *proposed* (``Verdict.proposed``, :func:`~specdec_core.verify.chain_tests`).
 - ``accepted_lengths[i]`` draft tokens accepted at step i (the verifier's own token comes on top).
 - ``drafted[i]``       draft tokens (a chain) or nodes (a tree, root excluded) in step i's verify pass;
                        ``nodes_per_pass`` is the same list under the trees' name.
@@ -52,14 +53,14 @@ class Stats:
     accept_s: float = 0.0
     commit_s: float = 0.0
 
-    def record_step(self, proposed: int, accepted: int, drafted: int, tests: list[float], draft_passes: int) -> None:
-        """One draft → verify → accept → commit step (one target pass)."""
+    def record_step(self, proposed: int, accepted: int, drafted: int, tv_alpha: list[float], draft_passes: int) -> None:
+        """One draft → verify → accept → commit step (one target pass); ``tv_alpha``: the step's tests."""
         self.target_passes += 1
         self.draft_passes += draft_passes
         self.proposed.append(proposed)
         self.accepted_lengths.append(accepted)
         self.drafted.append(drafted)
-        self.tv_alpha.extend(tests)
+        self.tv_alpha.extend(tv_alpha)
 
     @property
     def nodes_per_pass(self) -> list[int]:

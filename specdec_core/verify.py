@@ -69,14 +69,15 @@ def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def chain_tests(p: torch.Tensor | None, q: torch.Tensor | None, tokens: torch.Tensor, argmax: torch.Tensor | None,
-                tested: int) -> list[float]:
-    """The acceptance probability of each of the first ``tested`` draft positions of a chain
-    (see :mod:`specdec_core.record`): Σ min(p_i, q_i); greedy (``argmax`` given): 1 where the token matched."""
-    if not tested:
+                proposed: int) -> list[float]:
+    """The acceptance probability of each of the first ``proposed`` draft positions of a chain (the positions
+    the verifier tested, see :mod:`specdec_core.record`): Σ min(p_i, q_i); greedy (``argmax`` given): 1 where
+    the token matched."""
+    if not proposed:
         return []
     if argmax is not None:
-        return (tokens[:tested].to(argmax.device) == argmax[:tested]).double().tolist()
-    return overlap(p[:tested], q[:tested].to(p.device)).tolist()
+        return (tokens[:proposed].to(argmax.device) == argmax[:proposed]).double().tolist()
+    return overlap(p[:proposed], q[:proposed].to(p.device)).tolist()
 
 
 # -- trees -------------------------------------------------------------------------------------------

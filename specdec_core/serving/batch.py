@@ -131,7 +131,7 @@ def _emit(stats: Stats, v: Verdict, draft, out: list[int], seq: list[int], done:
     new, done[r] = cut(v.tokens, max_new_tokens - len(out), eos)
     out += new
     seq += new
-    stats.record_step(v.tested, v.accepted, v.drafted, v.tests, draft.passes if draft is not None else 0)
+    stats.record_step(v.proposed, v.accepted, v.drafted, v.tv_alpha, draft.passes if draft is not None else 0)
     stats.new_tokens = len(out)
     for a, b in (("draft", "verify"), ("verify", "accept"), ("accept", "commit"), ("commit", "end")):
         setattr(stats, f"{a}_s", getattr(stats, f"{a}_s") + t[b] - t[a])
