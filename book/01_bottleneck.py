@@ -51,14 +51,6 @@ knee_tolerance = 2.0      # a knee prediction "holds" if within this factor of t
 out_dir = "../build/book/01_bottleneck"  # figures and CSVs land here
 
 # %%
-import warnings
-
-from tqdm import TqdmWarning
-
-# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
-# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
-warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
-
 import contextlib
 import gc
 import os

@@ -98,14 +98,6 @@ audit_real_n = 100           # embedded target: continuations per (decoder, sett
 audit_calibration = 1000     # simulated families under the exact law: the audit's false-positive rate
 
 # %%
-import warnings
-
-from tqdm import TqdmWarning
-
-# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
-# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
-warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
-
 import time
 
 import matplotlib.pyplot as plt

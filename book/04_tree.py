@@ -61,14 +61,6 @@ device = "cpu"
 out_dir = "../build/book/04_tree"  # figures and CSVs land here
 
 # %%
-import warnings
-
-from tqdm import TqdmWarning
-
-# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
-# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
-warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

@@ -45,14 +45,6 @@ threads = 1               # CPU threads (0: torch's default). Nothing here needs
 out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
 
 # %%
-import warnings
-
-from tqdm import TqdmWarning
-
-# huggingface_hub (imported by transformers) imports tqdm.auto, which warns "IProgress not found" in a kernel
-# without ipywidgets; the book's own progress bars are plain-text tqdm, so that notice is filtered here, alone
-warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
-
 import time
 
 import matplotlib.pyplot as plt
