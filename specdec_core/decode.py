@@ -10,7 +10,7 @@ import torch
 
 from typing import Iterator
 
-from .loop import Autoregressive, Linear, TreeSearch, steps
+from .loop import Autoregressive, Linear, Run, TreeSearch, steps
 from .record import Result, Stats
 from .sampling import SamplingParams, make_generator
 from .tree import resolve_shape, tree_size
@@ -41,10 +41,61 @@ def _prompt_tensor(input_ids, vocab_size: int) -> torch.Tensor:
 
 
 def headroom(method: str, k: int, tree=None) -> int:
-    """Extra cache slots a step may write beyond the committed tokens."""
+    """Cache slots one step may write beyond the committed tokens: the last token and what it drafts."""
+    if method == "autoregressive":
+        return 1
     if method == "tree":
         return tree_size(tree, k) + 1
     return k + 1
+
+
+def _is_count(x) -> bool:
+    """An integer >= 1 (``True`` is not a count)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _checked_confidence(confidence, drafter, method: str) -> float | None:
+    """``confidence`` as θ: None, or a number in (0, 1] for a speculative method; ``"auto"`` reads the θ
+    calibrated on training prompts and stored with the draft, for this method (``drafter.calibrated``)."""
+    if confidence is None:
+        return None
+    calibrated = getattr(drafter, "calibrated", {})
+    if confidence == "auto" and method in calibrated:
+        confidence = calibrated[method]
+    is_theta = isinstance(confidence, (int, float)) and not isinstance(confidence, bool) and 0 < confidence <= 1
+    if method == "autoregressive" or not is_theta:
+        shown = "'auto' (no θ calibrated for this drafter)" if confidence == "auto" else confidence
+        raise ValueError(f"confidence must be in (0, 1] or 'auto' (scripts/calibrate_confidence.py stores θ with a "
+                         f"draft), with a speculative method; got {shown} with {method!r}")
+    return confidence
+
+
+def check_arguments(target, prompts: list, drafter, method: str, k, max_new_tokens, temperature, top_k, top_p,
+                    confidence=None, methods: tuple[str, ...] = METHODS, caller: str = "generate"):
+    """The checks :func:`generate`, :func:`stream` and ``generate_batch`` share, each failure a ``ValueError``
+    naming the argument: the sampling knobs, ``method`` (one of ``methods``), ``max_new_tokens``, ``k``,
+    ``confidence``, every prompt (1-D token ids inside the target's vocabulary), and the drafter a speculative
+    method needs (bound to the target: same vocabulary).
+
+    Returns ``(params, prompt tensors, θ)``: the :class:`SamplingParams`, each prompt as a 1-D LongTensor on
+    the CPU, and the confidence with ``"auto"`` resolved (None without one)."""
+    params = SamplingParams(temperature, top_k, top_p)
+    if method not in methods:
+        if method in METHODS:  # a method of generate's that this caller does not run
+            raise ValueError(f"{caller} supports methods {methods}, got {method!r}")
+        raise ValueError(f"unknown method {method!r}; choose one of {methods}")
+    if not _is_count(max_new_tokens):
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not _is_count(k):
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    theta = _checked_confidence(confidence, drafter, method)
+    vocab_size = target.config.get_text_config().vocab_size
+    prompt_tensors = [_prompt_tensor(ids, vocab_size) for ids in prompts]
+    if method != "autoregressive":
+        if drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
+        drafter.bind(target)
+    return params, prompt_tensors, theta
 
 
 def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
@@ -66,18 +117,19 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
     θ for this method, calibrated on training prompts (``drafter.calibrated``).
     Returns a :class:`Result` (``.tokens`` new tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
-    run = _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
-                   cache_len, tree, rule, confidence)
-    stats, tokens = run[-1], []
+    run = _prepare(target, input_ids, drafter=drafter, method=method, k=k, max_new_tokens=max_new_tokens,
+                   temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, cache_len=cache_len, tree=tree,
+                   rule=rule, confidence=confidence)
+    tokens = []
     if streamer is not None:
-        streamer.put(run[2].view(1, -1))
-    for new in steps(*run):
+        streamer.put(run.prompt.view(1, -1))
+    for new in steps(run):
         tokens += new
         if streamer is not None and new:
             streamer.put(torch.tensor(new, dtype=torch.long))
     if streamer is not None:
         streamer.end()
-    return Result(tokens, stats)
+    return Result(tokens, run.stats)
 
 
 def stream(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4, max_new_tokens: int = 64,
@@ -86,33 +138,16 @@ def stream(target, input_ids, drafter=None, method: str = "autoregressive", k: i
     """:func:`generate`'s arguments; yields the tokens each step commits, as it commits them (the first list is
     the prefill's one token). The lists joined are ``generate(...).tokens``. Arguments are checked at the call,
     before the first step."""
-    return steps(*_prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed,
-                           cache_len, tree, rule, confidence))
+    run = _prepare(target, input_ids, drafter=drafter, method=method, k=k, max_new_tokens=max_new_tokens,
+                   temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, cache_len=cache_len, tree=tree,
+                   rule=rule, confidence=confidence)
+    return steps(run)
 
 
-def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed, cache_len,
-             tree, rule, confidence=None):
-    """Validate the arguments; return what :func:`~specdec_core.loop.steps` takes."""
-    params = SamplingParams(temperature, top_k, top_p)
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if confidence == "auto":  # the θ calibrated on training prompts and stored with the draft, for this method
-        confidence = getattr(drafter, "calibrated", {}).get(method, "'auto' (no θ calibrated for this drafter)")
-    if confidence is not None and (method == "autoregressive" or isinstance(confidence, bool)
-                                   or not isinstance(confidence, (int, float)) or not 0 < confidence <= 1):
-        raise ValueError(f"confidence must be in (0, 1] or 'auto' (scripts/calibrate_confidence.py stores θ with a "
-                         f"draft), with a speculative method; got {confidence} with {method!r}")
-    cfg = target.config.get_text_config()
-    prompt = _prompt_tensor(input_ids, cfg.vocab_size)
-    if method != "autoregressive":
-        if drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
-        drafter.bind(target)
-    extra = 1 if method == "autoregressive" else headroom(method, k, tree)
+def _cache_capacity(target, prompt: torch.Tensor, method: str, k: int, max_new_tokens: int, cache_len, tree) -> int:
+    """The target's KV cache positions: ``cache_len``, checked to hold the prompt, the answer and one step's
+    headroom (default: exactly that); the answer must also fit the model's positions."""
+    extra = headroom(method, k, tree)
     need = prompt.numel() + max_new_tokens + extra
     capacity = need if cache_len is None else int(cache_len)
     if prompt.numel() + extra > capacity:
@@ -120,16 +155,26 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
     if capacity < need:
         raise ValueError(f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) + step headroom ({extra}) "
                          f"exceed the KV cache of {capacity} positions")
-    max_pos = getattr(cfg, "max_position_embeddings", None)
+    max_pos = getattr(target.config.get_text_config(), "max_position_embeddings", None)
     if max_pos is not None and prompt.numel() + max_new_tokens > max_pos:
         raise ValueError(f"prompt ({prompt.numel()}) + max_new_tokens ({max_new_tokens}) exceed the model's "
                          f"{max_pos} positions")
-    gen = make_generator(next(target.parameters()).device, seed)
+    return capacity
+
+
+def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed, cache_len,
+             tree, rule, confidence) -> Run:
+    """Check the arguments; return the :class:`~specdec_core.loop.Run` that :func:`~specdec_core.loop.steps` decodes."""
+    params, [prompt], theta = check_arguments(target, [input_ids], drafter, method, k, max_new_tokens,
+                                              temperature, top_k, top_p, confidence)
+    capacity = _cache_capacity(target, prompt, method, k, max_new_tokens, cache_len, tree)
+    generator = make_generator(next(target.parameters()).device, seed)
+    rule_kw = {} if rule is None else {"rule": rule}  # else each method's default rule
     if method == "autoregressive":
-        spec = Autoregressive(params, gen)
+        phases = Autoregressive(params, generator)
     elif method == "tree":
         shape = resolve_shape(tree, k)
-        spec = TreeSearch(params, gen, drafter, k, shape, confidence=confidence, **({"rule": rule} if rule else {}))
+        phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, **rule_kw)
     else:
-        spec = Linear(params, gen, drafter, k, name=method, confidence=confidence, **({"rule": rule} if rule else {}))
-    return spec, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method)
+        phases = Linear(params, generator, drafter, k, name=method, confidence=theta, **rule_kw)
+    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method))

@@ -162,32 +162,50 @@ def cut(new: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:
     return new, False
 
 
-def steps(method: Method, target, prompt: torch.Tensor, max_new_tokens: int, eos: set[int], capacity: int,
-          stats: Stats) -> Iterator[list[int]]:
-    """Prefill, then ``method``'s four phases per step until EOS or ``max_new_tokens``. Yields the tokens
-    each step commits (the prefill's token first) and fills ``stats`` as it goes (``decode_s`` and
+@dataclass
+class Run:
+    """One decode, its arguments checked: what :func:`steps` runs (``generate`` and ``stream`` build it)."""
+
+    method: Method  # the phases, holding the run's sampling parameters and generator
+    target: torch.nn.Module  # the causal LM that verifies
+    prompt: torch.Tensor  # [S] token ids
+    max_new_tokens: int
+    eos: set[int]  # token ids that end the answer
+    capacity: int  # positions of the target's KV cache
+    stats: Stats  # the run record, filled as the steps go
+
+
+def steps(run: Run) -> Iterator[list[int]]:
+    """Prefill, then ``run.method``'s four phases per step until EOS or ``max_new_tokens``. Yields the tokens
+    each step commits (the prefill's token first) and fills ``run.stats`` as it goes (``decode_s`` and
     ``token_times`` include any time the consumer spends between steps)."""
-    lm = CachedLM(target, capacity)
+    method, stats = run.method, run.stats
+    lm = CachedLM(run.target, run.capacity)
     clock = Clock(stats, lm.device)
-    method.start(prompt, capacity)
+    method.start(run.prompt, run.capacity)
     with clock.phase("prefill"):
-        tok, _ = choose(lm.forward(prompt, last_only=True)[-1], method.params, method.generator)
-    stats.target_passes, stats.new_tokens = 1, 1
+        tok, _ = choose(lm.forward(run.prompt, last_only=True)[-1], method.params, method.generator)
+    stats.target_passes = 1
+    stats.new_tokens = 1
     clock.mark_tokens(1)
     yield [tok]
-    seq, done, t_decode = prompt.tolist() + [tok], tok in eos or max_new_tokens <= 1, clock.now()
+    seq = run.prompt.tolist() + [tok]
+    done = tok in run.eos or run.max_new_tokens <= 1
+    t_decode = clock.now()
     while not done:
+        room = run.max_new_tokens - stats.new_tokens  # tokens this step may still add
         with clock.phase("draft"):
-            draft = method.draft(seq, max_new_tokens - stats.new_tokens)
+            draft = method.draft(seq, room)
         with clock.phase("verify"):
             logits = method.verify(lm, seq, draft)
         with clock.phase("accept"):
-            v = method.accept(draft, logits)
+            verdict = method.accept(draft, logits)
         with clock.phase("commit"):
-            method.commit(lm, draft, v)
-            new, done = cut(v.tokens, max_new_tokens - stats.new_tokens, eos)
+            method.commit(lm, draft, verdict)
+            new, done = cut(verdict.tokens, room, run.eos)
             seq += new
-        stats.record_step(v.proposed, v.accepted, v.drafted, v.tv_alpha, getattr(draft, "passes", 0))
+        draft_passes = 0 if draft is None else draft.passes  # autoregressive steps draft nothing
+        stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.tv_alpha, draft_passes)
         stats.new_tokens += len(new)
         clock.mark_tokens(len(new))
         stats.decode_s = clock.now() - t_decode

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import _prompt_tensor, eos_ids
+from ..decode import check_arguments, eos_ids
 from ..loop import Autoregressive, Linear, Verdict, cut
 from ..record import Result, Stats
-from ..sampling import SamplingParams, choose, make_generator
+from ..sampling import choose, make_generator
 from ..verify import speculative_sample
 from .cache import BatchLM
 from .drafters import batched
@@ -45,22 +45,12 @@ class BatchResult:
         return [r.tokens for r in self.results]
 
 
-def _check(target, prompts, drafter, method, k, max_new_tokens, seed):
-    if method not in BATCH_METHODS:
-        raise ValueError(f"generate_batch supports methods {BATCH_METHODS}, got {method!r}")
-    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
-        raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if method != "autoregressive" and drafter is None:
-        raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
-    seeds = [seed + r for r in range(len(prompts))] if isinstance(seed, int) else list(seed)
-    if len(seeds) != len(prompts):
-        raise ValueError(f"seed must be an int or one seed per prompt: {len(seeds)} seeds for {len(prompts)} prompts")
-    vocab = target.config.get_text_config().vocab_size
-    return [_prompt_tensor(p, vocab).tolist() for p in prompts], seeds
+def _row_seeds(seed, n_rows: int) -> list[int]:
+    """Row r's seed: ``seed + r`` for an int, else the r-th of ``seed`` (one per prompt)."""
+    seeds = [seed + r for r in range(n_rows)] if isinstance(seed, int) else list(seed)
+    if len(seeds) != n_rows:
+        raise ValueError(f"seed must be an int or one seed per prompt: {len(seeds)} seeds for {n_rows} prompts")
+    return seeds
 
 
 def generate_batch(target, prompts, drafter=None, method: str = "autoregressive", k: int = 4,
@@ -74,27 +64,38 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     its verified tokens each row's cache keeps, from the rows' verdicts (default :func:`ragged_commit`, each
     row its own accepted + 1); the negative controls of the tests pass a wrong one. Returns a :class:`BatchResult`.
     """
-    params = SamplingParams(temperature, top_k, top_p)
-    rows, seeds = _check(target, prompts, drafter, method, k, max_new_tokens, seed)
-    B, device = len(rows), next(target.parameters()).device
-    if drafter is not None:
-        drafter.bind(target)
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
+    params, prompt_tensors, _ = check_arguments(target, prompts, drafter, method, k, max_new_tokens, temperature,
+                                                top_k, top_p, methods=BATCH_METHODS, caller="generate_batch")
+    rows = [p.tolist() for p in prompt_tensors]
+    seeds = _row_seeds(seed, len(rows))
+    B = len(rows)
+    device = next(target.parameters()).device
     capacity = max(map(len, rows)) + max_new_tokens + k + 2
     gens = [make_generator(device, s) for s in seeds]
-    accept = [Autoregressive(params, g) if method == "autoregressive" else
-              Linear(params, g, None, k, rule=rule or speculative_sample) for g in gens]
+    rule = rule or speculative_sample
+    accept = [Autoregressive(params, g) if method == "autoregressive" else Linear(params, g, None, k, rule=rule)
+              for g in gens]  # each row's own accept phase
     bdraft = None if method == "autoregressive" else batched(drafter, target, B, capacity)
-    lm, eos = BatchLM(target, B, capacity), eos_ids(target)
+    lm = BatchLM(target, B, capacity)
+    eos = eos_ids(target)
     stats = [Stats(method) for _ in rows]
     t0 = time.perf_counter()
     logits = lm.prefill(rows)[:, -1]
     first = [choose(logits[r], params, gens[r])[0] for r in range(B)]
-    seqs, outs = [p + [t] for p, t in zip(rows, first)], [[t] for t in first]
+    seqs = [p + [t] for p, t in zip(rows, first)]  # every token so far
+    outs = [[t] for t in first]  # the new tokens
     done = [t in eos or max_new_tokens <= 1 for t in first]
     now = time.perf_counter() - t0
     for s in stats:
-        s.target_passes, s.new_tokens, s.prefill_s, s.token_times = 1, 1, now, [now]
-    n_steps, slots, used = 0, 0, 0
+        s.target_passes = 1
+        s.new_tokens = 1
+        s.prefill_s = now
+        s.token_times = [now]
+    n_steps = 0
+    slots = 0  # token slots of the verify passes
+    used = 0  # of them, those that carried a row's real token
     while not all(done):
         ks = [0 if d else min(k, max_new_tokens - len(o)) for d, o in zip(done, outs)]
         t = {"draft": time.perf_counter()}
@@ -109,7 +110,9 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
         if bdraft:
             bdraft.accept([0 if v is None else v.accepted for v in verdicts])
         t["end"] = time.perf_counter()
-        n_steps, slots, used = n_steps + 1, slots + B * logits.shape[1], used + sum(map(len, feed))
+        n_steps += 1
+        slots += B * logits.shape[1]
+        used += sum(map(len, feed))
         for r, v in enumerate(verdicts):
             if v is not None:
                 _emit(stats[r], v, drafts[r], outs[r], seqs[r], done, r, max_new_tokens, eos, t, t0)
