@@ -87,7 +87,9 @@ class ModelDrafter(Drafter):
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
         self.lm: CachedLM | None = None
-        self._base = 0
+        # What a proposal leaves for accept / accept_path (the draft cache holds the context, then the draft):
+        self._base = 0  # len(context) at the last proposal: the cache's entries below it are the context's
+        self._node_slots: dict[int, int] = {}  # the last tree: node id → the cache slot its entry was written to
 
     def reset(self, prompt, capacity):
         if self.lm is None or self.lm.cache.capacity < capacity:
@@ -112,7 +114,7 @@ class ModelDrafter(Drafter):
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes)
 
     def accept(self, n):
-        keep = self._base + n
+        keep = self._base + n  # the context and the first n draft tokens
         if self.lm.length > keep:
             self.lm.cache.rollback(self.lm.length - keep)
 
@@ -126,7 +128,9 @@ class ModelDrafter(Drafter):
         self._base = base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, last_only=True)  # [1, V]: the root's next-token logits
-        grow, passes = TreeBuilder(shape, k, confidence), 1
+        grow = TreeBuilder(shape, k, confidence)
+        passes = 1
+        self._node_slots = {}
         while True:
             if params.greedy:  # children: the top tokens; scores (Dynamic, confidence) from softmax(logits)
                 probs, score = None, torch.softmax(logits.double(), -1) if grow.scored else None
@@ -138,15 +142,18 @@ class ModelDrafter(Drafter):
             if not grow.advance():
                 break
             new = grow.frontier_tokens()
+            first_slot = lm.length  # this depth's nodes are written in frontier order from here
+            self._node_slots.update(zip(grow.frontier, range(first_slot, first_slot + new.numel())))
             logits = lm.forward(new, positions=torch.full((new.numel(),), base - 1 + grow.depth),
                                 mask=grow.frontier_bias(base, lm.dtype, lm.device))
             passes += 1
-        self._written = lm.length - base  # nodes 1.._written sit at slots base.._written + base - 1
         return grow.result(passes)
 
     def accept_path(self, path):
-        """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy)."""
-        self.lm.cache.keep([self._base + i - 1 for i in path if i <= self._written], start=self._base)
+        """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy). Nodes
+        of the last depth were never run, so they have no entry: the accepted token is fed next time."""
+        slots = [self._node_slots[i] for i in path if i in self._node_slots]
+        self.lm.cache.keep(slots, start=self._base)
 
 
 class NGramDrafter(Drafter):

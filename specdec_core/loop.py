@@ -135,7 +135,7 @@ class TreeSearch(Method):
                                          confidence=self.confidence)
 
     def verify(self, lm, seq, draft):
-        self.root = L = lm.length  # the root goes to slot L, node i to slot L + i
+        L = lm.length  # the root goes to slot L, node i to slot L + i; the pass commits them all
         tokens = torch.cat([torch.tensor(seq[-1:]), draft.tokens])
         return lm.forward(tokens, positions=L + draft.tree.depths, mask=draft.tree.bias(L, lm.dtype, lm.device))
 
@@ -150,7 +150,9 @@ class TreeSearch(Method):
         return Verdict(new.tolist(), len(path), proposed, t.n, tree_tests(t, path, draft.q, p), path)
 
     def commit(self, lm, draft, verdict):
-        lm.cache.keep([self.root + i for i in verdict.path], start=self.root + 1)
+        # verify committed the root and the tree's N nodes last, so the root's slot is N + 1 from the end
+        root = lm.length - (draft.tree.n + 1)
+        lm.cache.keep([root + i for i in verdict.path], start=root + 1)  # node i sits at root + i
         self.drafter.accept_path(verdict.path)
 
 
