@@ -1,4 +1,5 @@
-"""``generate`` and ``stream``: one entry point for every decoding method, with input validation.
+"""``generate`` and ``stream``: one entry point for every decoding method, with input validation
+(:func:`check_arguments`, which ``generate_batch`` shares).
 
 ``generate`` returns the whole answer and its record; ``generate(..., streamer=s)`` also hands each step's
 tokens to ``s.put`` (the prompt first, then ``s.end()``), the protocol of transformers' streamers, so a
@@ -74,8 +75,8 @@ def check_arguments(target, prompts: list, drafter, method: str, k, max_new_toke
                     confidence=None, methods: tuple[str, ...] = METHODS, caller: str = "generate"):
     """The checks :func:`generate`, :func:`stream` and ``generate_batch`` share, each failure a ``ValueError``
     naming the argument: the sampling knobs, ``method`` (one of ``methods``), ``max_new_tokens``, ``k``,
-    ``confidence``, every prompt (1-D token ids inside the target's vocabulary), and the drafter a speculative
-    method needs (bound to the target: same vocabulary).
+    ``confidence``, the drafter a speculative method needs, every prompt (1-D token ids inside the target's
+    vocabulary), and the drafter's vocabulary (bound to the target).
 
     Returns ``(params, prompt tensors, θ)``: the :class:`SamplingParams`, each prompt as a 1-D LongTensor on
     the CPU, and the confidence with ``"auto"`` resolved (None without one)."""
@@ -89,11 +90,11 @@ def check_arguments(target, prompts: list, drafter, method: str, k, max_new_toke
     if not _is_count(k):
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     theta = _checked_confidence(confidence, drafter, method)
+    if method != "autoregressive" and drafter is None:
+        raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
     vocab_size = target.config.get_text_config().vocab_size
     prompt_tensors = [_prompt_tensor(ids, vocab_size) for ids in prompts]
     if method != "autoregressive":
-        if drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter (e.g. pair.drafter or pair.drafters['ngram'])")
         drafter.bind(target)
     return params, prompt_tensors, theta
 

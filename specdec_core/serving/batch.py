@@ -66,10 +66,10 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     """
     if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
+    seeds = _row_seeds(seed, len(prompts))
     params, prompt_tensors, _ = check_arguments(target, prompts, drafter, method, k, max_new_tokens, temperature,
                                                 top_k, top_p, methods=BATCH_METHODS, caller="generate_batch")
     rows = [p.tolist() for p in prompt_tensors]
-    seeds = _row_seeds(seed, len(rows))
     B = len(rows)
     device = next(target.parameters()).device
     capacity = max(map(len, rows)) + max_new_tokens + k + 2
