@@ -101,7 +101,9 @@ class ModelDrafter(Drafter):
         self._base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, last_only=True)[-1]
-        tokens, qs, passes = [], [], 1
+        tokens = []
+        qs = []  # the law each token was drawn from
+        passes = 1
         for i in range(k):
             t, q = choose(logits, params, generator)
             if i and confidence is not None and conf_of(logits, q) < confidence:
@@ -109,7 +111,8 @@ class ModelDrafter(Drafter):
             tokens.append(t)
             qs.append(q)
             if i + 1 < k:
-                logits, passes = lm.forward(torch.tensor([t]), last_only=True)[-1], passes + 1
+                logits = lm.forward(torch.tensor([t]), last_only=True)[-1]
+                passes += 1
         q = None if params.greedy else torch.stack(qs)
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes)
 
@@ -125,7 +128,8 @@ class ModelDrafter(Drafter):
         carrying the law it was drawn from. Nodes of the last depth are never run (no children to draft).
         """
         lm = self.lm
-        self._base = base = len(context)
+        base = len(context)
+        self._base = base
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, last_only=True)  # [1, V]: the root's next-token logits
         grow = TreeBuilder(shape, k, confidence)
@@ -133,9 +137,11 @@ class ModelDrafter(Drafter):
         self._node_slots = {}
         while True:
             if params.greedy:  # children: the top tokens; scores (Dynamic, confidence) from softmax(logits)
-                probs, score = None, torch.softmax(logits.double(), -1) if grow.scored else None
+                probs = None
+                score = torch.softmax(logits.double(), -1) if grow.scored else None
             else:  # children are drawn from q = the processed law [F, V], which also scores them
-                probs = score = process_logits(logits, params)
+                probs = process_logits(logits, params)
+                score = probs
             for i, (u, m) in enumerate(zip(grow.frontier, grow.plan(score))):
                 if m:
                     grow.add(u, *draw_siblings(logits[i], None if probs is None else probs[i], m, generator))
@@ -195,7 +201,10 @@ class NGramDrafter(Drafter):
         depth = shape_depth(shape, k)
         branches = shape.widths[0] if isinstance(shape, Tree) else shape.topk
         budget = tree_size(shape, k)
-        L, seen, index, tokens = len(context), set(), {(): 0}, {}
+        L = len(context)
+        seen = set()  # the continuations inserted so far
+        index = {(): 0}  # trie path → node id (the root is ())
+        tokens = {}  # trie path → the node's token
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             tail = context[L - n:]
             for start in range(L - n - 1, -1, -1):
@@ -211,7 +220,8 @@ class NGramDrafter(Drafter):
                         path = same[0]
                     elif len(tokens) < budget:
                         path = path + (len(kids),)
-                        index[path], tokens[path] = len(index), t
+                        index[path] = len(index)
+                        tokens[path] = t
                     else:
                         break
                 if len(seen) >= branches or len(tokens) >= budget:
@@ -307,7 +317,8 @@ class BlockDrafter(Drafter):
         q = None if params.greedy else self._laws(sub, params)[1]
         grow = TreeBuilder(shape, depth, confidence)
         while True:
-            d, F = grow.depth, len(grow.frontier)
+            d = grow.depth
+            F = len(grow.frontier)
             if params.greedy:
                 score = torch.softmax(logits[d].double(), -1).expand(F, -1) if grow.scored else None
             else:

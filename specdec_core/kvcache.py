@@ -39,7 +39,8 @@ class _SlabLayer(CacheLayerMixin):
 
     def __init__(self, owner: "KVCache", keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
-        self.owner, self.keys, self.values = owner, keys, values
+        self.owner = owner
+        self.keys, self.values = keys, values
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
 
@@ -78,7 +79,8 @@ class KVCache(Cache):
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
         n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.capacity, self.length = int(capacity), 0
+        self.capacity = int(capacity)
+        self.length = 0
         shape = (1, n_kv, self.capacity, head_dim)
         new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         super().__init__(layers=[_SlabLayer(self, new(), new()) for _ in range(config.num_hidden_layers)])

@@ -40,7 +40,8 @@ class CachedLM:
         model's forward (the block draft's ``full_vocab``). Returns logits ``[T, V]`` (or the last rows);
         with ``hidden=True`` also the final normalized hidden states ``[T, H]``.
         """
-        T, start = tokens.numel(), self.cache.length
+        T = tokens.numel()
+        start = self.cache.length
         if start + T > self.cache.capacity:
             raise ValueError(f"sequence of {start + T} tokens does not fit the KV cache of {self.cache.capacity} "
                              "positions")

@@ -36,7 +36,7 @@ class Verdict:
     """What *accept* decided: the new tokens (accepted drafts + the target's own) and the step's record.
 
     ``proposed``, ``drafted`` and ``tv_alpha`` are the step's entries in the :class:`~specdec_core.record.Stats`
-    fields of those names, ``accepted`` its entry in ``accepted_lengths`` (all defined in :mod:`specdec_core.record`)."""
+    fields of those names, ``accepted`` its entry in ``accepted_lengths`` (defined in :mod:`specdec_core.record`)."""
 
     tokens: list[int]
     accepted: int = 0  # draft tokens kept
@@ -52,7 +52,8 @@ class Method:
     name = "method"
 
     def __init__(self, params: SamplingParams, generator: torch.Generator):
-        self.params, self.generator = params, generator
+        self.params = params
+        self.generator = generator
 
     def start(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -79,7 +80,8 @@ class Autoregressive(Method):
         return lm.forward(torch.tensor(seq[-1:]), last_only=True)
 
     def accept(self, draft, logits):
-        return Verdict([choose(logits[-1], self.params, self.generator)[0]])
+        token, _ = choose(logits[-1], self.params, self.generator)
+        return Verdict([token])
 
 
 class Linear(Method):
@@ -89,7 +91,11 @@ class Linear(Method):
     def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear",
                  confidence: float | None = None):
         super().__init__(params, generator)
-        self.drafter, self.k, self.rule, self.name, self.confidence = drafter, k, rule, name, confidence
+        self.drafter = drafter
+        self.k = k  # the most tokens a step drafts
+        self.rule = rule  # the accept rule when sampling
+        self.name = name
+        self.confidence = confidence
 
     def start(self, prompt, capacity):
         self.drafter.reset(prompt, capacity)
@@ -99,18 +105,21 @@ class Linear(Method):
         return self.drafter.propose(seq, min(self.k, budget), self.params, self.generator, **kw)
 
     def verify(self, lm, seq, draft):
-        return lm.forward(torch.cat([torch.tensor(seq[-1:]), draft.tokens]))  # [kk + 1, V]
+        return lm.forward(torch.cat([torch.tensor(seq[-1:]), draft.tokens]))  # [drafted + 1, V]
 
     def accept(self, draft, logits):
-        kk, p, argmax = draft.tokens.numel(), None, None
-        if self.params.greedy:
+        drafted = draft.tokens.numel()
+        if self.params.greedy:  # greedy tests compare with the target's argmax; its laws are not needed
             argmax = logits.argmax(-1)
+            p = None
             new, n = greedy_accept(draft.tokens, argmax)
         else:
+            argmax = None
             p = process_logits(logits, self.params)
             new, n = self.rule(draft.tokens, draft.q, p, self.generator)
-        proposed = n + (n < kk)
-        return Verdict(new.tolist(), n, proposed, kk, chain_tests(p, draft.q, draft.tokens, argmax, proposed))
+        proposed = n + 1 if n < drafted else n  # the accepted tokens, and the rejected one if any
+        tv_alpha = chain_tests(p, draft.q, draft.tokens, argmax, proposed)
+        return Verdict(new.tolist(), accepted=n, proposed=proposed, drafted=drafted, tv_alpha=tv_alpha)
 
     def commit(self, lm, draft, verdict):
         lm.cache.rollback(draft.tokens.numel() - verdict.accepted)
@@ -125,7 +134,11 @@ class TreeSearch(Method):
 
     def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample, confidence=None):
         super().__init__(params, generator)
-        self.drafter, self.k, self.shape, self.rule, self.confidence = drafter, k, shape, rule, confidence
+        self.drafter = drafter
+        self.k = k  # the deepest a step's tree grows
+        self.shape = shape
+        self.rule = rule  # the accept rule when sampling
+        self.confidence = confidence
 
     def start(self, prompt, capacity):
         self.drafter.reset(prompt, capacity)
@@ -140,14 +153,19 @@ class TreeSearch(Method):
         return lm.forward(tokens, positions=L + draft.tree.depths, mask=draft.tree.bias(L, lm.dtype, lm.device))
 
     def accept(self, draft, logits):
-        t, p = draft.tree, None
-        if self.params.greedy:
-            path, new = greedy_tree_accept(t, draft.tokens, logits.argmax(-1))
+        tree = draft.tree
+        if self.params.greedy:  # greedy tests compare with the target's argmax; its laws are not needed
+            p = None
+            path, new = greedy_tree_accept(tree, draft.tokens, logits.argmax(-1))
         else:
             p = process_logits(logits, self.params)
-            path, new = self.rule(t, draft.tokens, draft.q, p, self.generator)
-        proposed = len(path) + bool(t.children[path[-1] if path else 0])
-        return Verdict(new.tolist(), len(path), proposed, t.n, tree_tests(t, path, draft.q, p), path)
+            path, new = self.rule(tree, draft.tokens, draft.q, p, self.generator)
+        last = path[-1] if path else 0  # the node the walk stopped at (0: the root)
+        rejected = bool(tree.children[last])  # it has children: the verifier tested them and rejected them all
+        proposed = len(path) + 1 if rejected else len(path)
+        tv_alpha = tree_tests(tree, path, draft.q, p)
+        return Verdict(new.tolist(), accepted=len(path), proposed=proposed, drafted=tree.n, tv_alpha=tv_alpha,
+                       path=path)
 
     def commit(self, lm, draft, verdict):
         # verify committed the root and the tree's N nodes last, so the root's slot is N + 1 from the end
@@ -181,7 +199,8 @@ def steps(run: Run) -> Iterator[list[int]]:
     """Prefill, then ``run.method``'s four phases per step until EOS or ``max_new_tokens``. Yields the tokens
     each step commits (the prefill's token first) and fills ``run.stats`` as it goes (``decode_s`` and
     ``token_times`` include any time the consumer spends between steps)."""
-    method, stats = run.method, run.stats
+    method = run.method
+    stats = run.stats
     lm = CachedLM(run.target, run.capacity)
     clock = Clock(stats, lm.device)
     method.start(run.prompt, run.capacity)

@@ -66,7 +66,8 @@ class Tree:
         n = len(paths)
         self.paths: tuple[Path, ...] = tuple(paths)
         self._index = index
-        self.n, self.depth = n, max((len(p) for p in paths), default=0)
+        self.n = n
+        self.depth = max((len(p) for p in paths), default=0)
         parents = [-1] + [index[p[:-1]] for p in paths]
         self.parents = torch.tensor(parents, dtype=torch.long)
         self.depths = torch.tensor([0] + [len(p) for p in paths], dtype=torch.long)
@@ -100,7 +101,8 @@ class Tree:
     @staticmethod
     def from_branching(branching) -> "Tree":
         """Every node at depth d has ``branching[d-1]`` children: ``[3, 2, 1]`` → 3 + 6 + 6 = 15 nodes."""
-        level, paths = [()], []
+        level = [()]  # the paths of the deepest level so far (the root)
+        paths = []
         for b in branching:
             level = [p + (r,) for p in level for r in range(int(b))]
             paths += level
@@ -244,7 +246,9 @@ def draw_siblings(logits: torch.Tensor, q: torch.Tensor | None, m: int, generato
     if q is None:
         return torch.topk(logits, m).indices.tolist(), None
     m = min(m, int((q > 0).sum()))
-    tokens, laws, law = [], [], q
+    tokens = []
+    laws = []
+    law = q  # child j's law: q without the tokens of children 0..j-1, renormalized
     for _ in range(m):
         if tokens:
             law = law.clone()
@@ -264,20 +268,27 @@ class TreeBuilder:
     """
 
     def __init__(self, shape, depth: int, confidence: float | None = None):
-        self.shape, self.max_depth, self.prune = shape, depth, confidence or 0.0
+        self.shape = shape
+        self.max_depth = depth
+        self.prune = confidence or 0.0  # nodes scored below it get no children (0: none pruned)
         self.scored = isinstance(shape, Dynamic) or bool(self.prune)  # plan() reads the frontier's laws
         cap = tree_size(shape if isinstance(shape, Dynamic) else shape.truncate(depth), depth)
         self.allowed = torch.zeros(cap + 1, cap + 1, dtype=torch.bool)
         self.allowed[0, 0] = True
         self.paths: list[Path] = [()]
-        self.scores, self.tokens, self.laws = [1.0], [], []
-        self.frontier, self.depth, self._child_scores = [0], 0, {}
+        self.scores = [1.0]  # node u's score: the draft's probability of reaching it
+        self.tokens = []  # node i's token is tokens[i - 1] (the root has none)
+        self.laws = []  # node i's law is laws[i - 1] (sampling only)
+        self.frontier = [0]  # the node ids of the deepest depth
+        self.depth = 0
+        self._child_scores = {}  # set by plan(), read by add(): frontier node → its children's scores, by rank
 
     def plan(self, probs: torch.Tensor | None) -> list[int]:
         """Children per frontier node. probs ``[F, V]``: the frontier's laws (for :class:`Dynamic` or a confidence).
         With a confidence θ, a node whose score is below θ gets no children (the root's score is 1)."""
         if isinstance(self.shape, Tree):
-            sizes = [self.shape.n_children(self.paths[u]) * (self.scores[u] >= self.prune) for u in self.frontier]
+            sizes = [self.shape.n_children(self.paths[u]) if self.scores[u] >= self.prune else 0
+                     for u in self.frontier]
             if self.prune and any(sizes):  # scores as Dynamic's: parent's score × its law's j-th largest value
                 top = probs.topk(max(sizes), dim=-1).values.cpu().tolist()
                 self._child_scores = {u: [self.scores[u] * v for v in top[i]] for i, u in enumerate(self.frontier)}
@@ -285,7 +296,7 @@ class TreeBuilder:
         left = self.shape.budget - (len(self.paths) - 1)
         top = probs.topk(min(self.shape.topk, probs.shape[-1]), dim=-1).values  # [F, topk], sorted
         s = torch.tensor([self.scores[u] for u in self.frontier], dtype=top.dtype)[:, None]
-        cand = s * top.cpu() * (s >= self.prune)
+        cand = (s * top.cpu()).masked_fill(s < self.prune, 0.0)  # a pruned parent's candidates score 0
         order = torch.sort(-cand.flatten(), stable=True).indices[: min(self.shape.width, left)]
         order = order[cand.flatten()[order] > 0]  # no children outside the law's support
         sizes = torch.bincount(order // top.shape[1], minlength=len(self.frontier)).tolist()

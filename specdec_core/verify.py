@@ -89,7 +89,8 @@ def greedy_tree_accept(tree, tokens: torch.Tensor, target_argmax: torch.Tensor):
     longest root-to-node path that plain greedy decoding would also produce; then the target's own token.
     """
     tk, am = tokens.tolist(), target_argmax.tolist()
-    node, path = 0, []
+    node = 0  # the walk starts at the root
+    path = []  # the accepted node ids
     while True:
         nxt = next((c for c in tree.children[node] if tk[c - 1] == am[node]), None)
         if nxt is None:
@@ -120,10 +121,13 @@ def tree_speculative_sample(tree, tokens: torch.Tensor, q: torch.Tensor, p: torc
     respects it). ``residual`` is an argument so that a negative control can replace it.
     """
     dev = p.device
-    tk, q = tokens.tolist(), q.to(dev)
-    node, path = 0, []
+    tk = tokens.tolist()
+    q = q.to(dev)
+    node = 0  # the walk starts at the root
+    path = []  # the accepted node ids
     while True:
-        r, accepted = p[node], None
+        r = p[node]  # the law the next child is tested against: p(node), then residuals
+        accepted = None
         for c in tree.children[node]:
             x, qc = tk[c - 1], q[c - 1]
             if not qc[x] > 0:

