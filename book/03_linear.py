@@ -37,6 +37,10 @@ ks = [1, 2, 3, 4, 6, 8]      # draft lengths for the speedup-vs-K study
 temperatures = [0.0, 1.0]    # 0 means greedy
 repeats = 2                  # interleaved timing repeats
 prompt_file = None           # None: the shipped mix; or a Spec-Bench question.jsonl
+alpha_target = 0.45          # the project's target for its draft: eval-mix greedy α of at least this
+flattening = 0.5             # a learning curve flattens when its last doubling gains under this share of its first
+extrapolate = 10             # the learning curve's fit is extrapolated to this many times the largest size measured
+equal_spread = 0.10          # two drafters' spreads of α across tasks are about equal within this fraction
 device = "cpu"
 out_dir = "../build/book/03_linear"
 
@@ -114,14 +118,7 @@ for temp in temperatures:
             step_tables.append(bench.step_table(s, id=p_.id, task=p_.task, drafter=name, temperature=temp))
 acc = pd.DataFrame(records)
 ch.save(acc.drop(columns=["tokens", "accepted_lengths", "proposed"]), "acceptance_runs")
-
-
-def pooled_alpha(g):
-    return pd.Series({"alpha": theory.alpha_mle(sum(g.accepted_lengths, []), sum(g.proposed, [])),
-                      "alpha_tv": g.alpha_tv.mean(), "tau": g.tau.mean(), "n": len(g)})
-
-
-table = acc.groupby(["drafter", "temperature", "task"]).apply(pooled_alpha, include_groups=False).reset_index()
+table = bench.pooled_steps(acc, ["drafter", "temperature", "task"])  # α pooled over each cell's steps
 ch.save(table, "alpha_by_task")
 fig, ax = plt.subplots(figsize=(9, 3.8))
 sns.barplot(data=table, x="task", y="alpha", hue=table.drafter + ", T=" + table.temperature.astype(str), ax=ax)
@@ -313,13 +310,13 @@ if curve_path.exists():
             continue
         slope, icpt = np.polyfit(np.log2(g.tokens), g.alpha, 1)
         gains = np.diff(g.alpha.values) / np.diff(np.log2(g.tokens.values))
-        far = 10 * g.tokens.max()  # ten times the largest size measured: beyond the data, a hypothesis
+        far = extrapolate * g.tokens.max()  # beyond the data: a hypothesis
         at_far = slope * np.log2(far) + icpt
         lines.append(f"- **{L} layer(s)**: α " + " → ".join(f"{a:.3f}" for a in g.alpha) + " at "
                      + ", ".join(f"{t / 1e3:.0f}k" for t in g.tokens) + " tokens; "
                      + f"{slope:+.3f} per doubling on a log-linear fit"
                      + (f" (first doubling {gains[0]:+.3f}, last {gains[-1]:+.3f}: "
-                        + ("flattening" if gains[-1] < 0.5 * gains[0] else "not flattening") + " over this range)"
+                        + ("flattening" if gains[-1] < flattening * gains[0] else "not flattening") + " over this range)"
                         if len(gains) > 1 else " (two sizes: a slope, not a shape)")
                      + f"; extrapolated to {far / 1e6:.1f} M tokens, α ≈ {at_far:.2f} (a hypothesis). "
                      f"Predicted speedup at the largest size: {g.predicted.iloc[-1]:.2f}× at K = {int(g.best_k.iloc[-1])} "
@@ -332,9 +329,9 @@ if curve_path.exists():
                  f"the draft shipped now ({now_at[0]} layer(s), {now_at[1] / 1e3:.0f}k tokens) "
                  + ("is the rule's choice." if now_at == (choice["layers"], choice["tokens"])
                     else "is not the rule's choice: retrain with the chosen setting to follow the rule."))
-    lines.append("- **The project's target for its draft** (eval-mix greedy α ≥ 0.45): "
-                 + ("reached at " + ", ".join(f"{r.layers} layer(s) {r.tokens / 1e3:.0f}k" for r in g_[g_.alpha >= 0.45].itertuples())
-                    if (g_.alpha >= 0.45).any() else f"not reached on this curve (best {g_.alpha.max():.3f})") + ".")
+    lines.append(f"- **The project's target for its draft** (eval-mix greedy α ≥ {alpha_target:g}): "
+                 + ("reached at " + ", ".join(f"{r.layers} layer(s) {r.tokens / 1e3:.0f}k" for r in g_[g_.alpha >= alpha_target].itertuples())
+                    if (g_.alpha >= alpha_target).any() else f"not reached on this curve (best {g_.alpha.max():.3f})") + ".")
     display(Markdown("\n".join(lines)))
 
 # %% [markdown]
@@ -376,8 +373,8 @@ for temp_ in temperatures:
                                                                             else "does not hold") + " in this run."))
     sd_ = a0.std()
     lines.append(f"- **Spread of α across tasks at T = {temp_}** (standard deviation): trained draft {sd_['model']:.3f}, "
-                 f"n-gram {sd_['ngram']:.3f}: " + ("about equal (within 10% of each other)." if
-                                                   max(sd_) <= 1.1 * min(sd_) else
+                 f"n-gram {sd_['ngram']:.3f}: " + (f"about equal (within {equal_spread:.0%} of each other)." if
+                                                   max(sd_) <= (1 + equal_spread) * min(sd_) else
                                                    f"the {'trained draft' if sd_['model'] < sd_['ngram'] else 'n-gram drafter'}"
                                                    " is the steadier here."))
 lines.append(f"- **Exact**: {len(diverged)} greedy divergence(s) in {int((acc.temperature == 0).sum())} greedy runs"

@@ -365,3 +365,14 @@ class TimedDrafter(Drafter):
 
     def accept_path(self, path):
         self.inner.accept_path(path)
+
+
+# -- pooling runs that keep their steps ---------------------------------------------------------------
+def pooled_steps(runs: pd.DataFrame, by: list[str], means=("alpha_tv", "tau")) -> pd.DataFrame:
+    """One row per ``by`` group of runs that keep their steps (``accepted_lengths`` and ``proposed``, a list per run):
+    ``alpha`` pooled over every step of the group (:func:`~specdec_core.record.acceptance_rate`), the mean of each
+    column in ``means`` and ``n``, the number of runs."""
+    def pooled(g):
+        return pd.Series({"alpha": acceptance_rate(g.accepted_lengths.sum(), g.proposed.sum()),
+                          **{c: g[c].mean() for c in means}, "n": len(g)})
+    return runs.groupby(by).apply(pooled, include_groups=False).reset_index()
