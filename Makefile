@@ -63,7 +63,7 @@ models: venv
 	done
 
 ## make reproduce: the whole book with full parameters (PARAMS=ci for the small run), then the executed
-## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/study/render.py) at build/book/index.html
+## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/tools/render.py) at build/book/index.html
 reproduce: venv models
 	$(PY) scripts/run_book.py --params $(PARAMS) --out $(BUILD)/book --html
 

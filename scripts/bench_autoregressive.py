@@ -16,7 +16,7 @@ from functools import partial
 
 import specdec_core as sd
 from specdec_core.study import bench, peers
-from specdec_core.study.prompts import encode
+from specdec_core.data.prompts import encode
 
 
 def main():

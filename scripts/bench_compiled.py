@@ -59,7 +59,7 @@ def main():
         g = torch.Generator().manual_seed(0)
         prompts = [(dict(id=f"toy{i}", task="toy"), torch.randint(0, 16, (12 - i,), generator=g)) for i in range(3)]
     else:
-        from specdec_core.study.prompts import encode
+        from specdec_core.data.prompts import encode
 
         pair, n = sd.load_pair("smollm2-135m"), args.max_new_tokens
         prompts = [(dict(id=p.id, task=p.task), encode(pair, p)) for p in sd.load_prompts(per_task=args.per_task)]

@@ -17,7 +17,7 @@ import pandas as pd
 
 import specdec_core as sd
 from specdec_core.study import bench, peers
-from specdec_core.study.prompts import encode
+from specdec_core.data.prompts import encode
 
 
 def main():

@@ -3,7 +3,7 @@
     python scripts/calibrate_confidence.py               # 6 prompts, 64 tokens (about 10 min on 2 cores, alone)
     python scripts/calibrate_confidence.py --dry-run     # print the choice, write nothing
 
-One greedy, interleaved run (:func:`specdec_core.adaptive.calibrate.tune`): autoregressive decoding, the model
+One greedy, interleaved run (:func:`specdec_core.study.calibrate.tune`): autoregressive decoding, the model
 draft at each fixed K, and each θ with the model draft, the hybrid and the chooser (up to ``--k-max`` tokens a
 step); the highest median speedup per family wins. Writes ``confidence.json`` into the draft's folder and adds
 it to ``SHA256SUMS``; ``generate(..., confidence="auto")`` then reads it. The evaluation mix is not used.
@@ -19,9 +19,10 @@ import time
 import torch
 
 import specdec_core as sd
-from specdec_core.adaptive import calibrate
+from specdec_core.models import calibration
+from specdec_core.study import calibrate
 from specdec_core.models import shipped
-from specdec_core.study import drafteval
+from specdec_core.data.prompts import sweep_prompts
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
     if "model" not in pair.drafters:
         raise SystemExit(f"no shipped model draft in {shipped.MODEL_DRAFT}: `make models` trains it")
     t0 = time.perf_counter()
-    prompts = drafteval.sweep_prompts(pair, args.prompts)
+    prompts = sweep_prompts(pair, args.prompts)
     cands = calibrate.candidates(args.fixed_ks, args.thetas, args.k_max)
     runs, table = calibrate.tune(pair, prompts, cands, args.max_new_tokens, repeats=args.repeats)
     chosen = calibrate.choose(table)
@@ -52,8 +53,8 @@ def main() -> int:
     print(table[["median", "q25", "q75", "alpha", "drafted_per_step"]].round(3).to_string())
     print("chosen:", chosen, f"c = {rec['cost']}")
     if not args.dry_run:
-        path = calibrate.save(shipped.MODEL_DRAFT, rec)
-        shipped.write_sums(shipped.MODEL_DRAFT, shipped.REQUIRED + (calibrate.CALIBRATION,))
+        path = calibration.save(shipped.MODEL_DRAFT, rec)
+        shipped.write_sums(shipped.MODEL_DRAFT, shipped.REQUIRED + (calibration.CALIBRATION,))
         print("wrote", path.relative_to(shipped.REPO_ROOT), "and SHA256SUMS")
     print(f"done in {time.perf_counter() - t0:.0f} s")
     return 0

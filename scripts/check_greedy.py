@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 import specdec_core as sd
 from specdec_core.study import peers
 from specdec_core.study.exactness import NEAR_TIE, excused, first_divergence
-from specdec_core.study.prompts import encode
+from specdec_core.data.prompts import encode
 
 
 def main() -> int:

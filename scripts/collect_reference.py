@@ -12,7 +12,7 @@ import shutil
 import sys
 
 from run_book import read_timings, write_timings  # scripts/ is on the path of a script run from it
-from specdec_core.models import REPO_ROOT as ROOT
+from specdec_core.paths import REPO_ROOT as ROOT
 
 KEEP = [
     "timings.csv",

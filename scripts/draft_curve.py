@@ -34,10 +34,11 @@ import torch
 from specdec_core.models import shipped
 from specdec_core.models.hub import load_pair
 from specdec_core.study import bench, theory
-from specdec_core.study.prompts import encode, load_prompts
-from specdec_core.study.prompts import DEFAULT_PATH as EVAL_PATH
+from specdec_core.data.prompts import encode, load_prompts
+from specdec_core.data.prompts import DEFAULT_PATH as EVAL_PATH
 from specdec_core.train import curve, distill, drafts, wide
-from specdec_core.train.drafts import CACHE
+from specdec_core.train.teacher import teacher_data
+from specdec_core.train.teacher import CACHE
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
 
@@ -92,7 +93,7 @@ def main() -> int:
     pair = load_pair("smollm2-135m")
     pair.target.requires_grad_(False)
     if args.teacher == "wide" and not args.smoke:
-        union, heldout, info = drafts.teacher_data(pair, recipe)  # the recipe names the wide set
+        union, heldout, info = teacher_data(pair, recipe)  # the recipe names the wide set
         info1, info2 = info["stages"]["writing"], info["stages"]["answers"]
         files = wide.PROMPT_FILES
         teacher = dict(set="wide", writing_tokens=info1["train_tokens"], answer_tokens=info2["train_tokens"],

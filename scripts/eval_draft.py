@@ -6,7 +6,7 @@
     python scripts/eval_draft.py --card-only     # rewrite MODEL_CARD.md from the last run's draft_summary.jsonl
 
 Stages (K sweep on held-out training prompts, cost, speed and acceptance on the eval mix) and the model card
-are :mod:`specdec_core.study.drafteval`; this is their command line. Writes ``draft_ksweep.jsonl``,
+are :mod:`specdec_core.tools.drafteval`; this is their command line. Writes ``draft_ksweep.jsonl``,
 ``draft_speed.jsonl``, ``draft_alpha.jsonl``, ``draft_cost.csv`` and ``draft_summary.jsonl`` to ``--out``.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.study import drafteval
-from specdec_core.train.drafts import rel
+from specdec_core.tools import drafteval
+from specdec_core.paths import rel
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from specdec_core.train import feature
-from specdec_core.train.drafts import rel
+from specdec_core.paths import rel
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ the speedups they predict, eager against graph-captured decode steps, and the re
     python scripts/gpu_reference.py                       # on a GPU machine: data/reference/cuda-<device>/
     python scripts/gpu_reference.py --device cpu --smoke  # every stage at tiny sizes, in under a minute (a test)
 
-The stages and outputs are described in data/reference/README.md and specdec_core/study/gpu.py. Each stage runs
+The stages and outputs are described in data/reference/README.md and specdec_core/tools/gpu_reference.py. Each stage runs
 under the deadline (--budget) and its own try: one that fails or does not fit is reported in summary.md and
 the others still run. The exit status is 1 if a stage failed.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.study import gpu, profiling
+from specdec_core.study import profiling
+from specdec_core.tools import gpu_reference as gpu
 
 
 def main(argv=None) -> int:

@@ -23,15 +23,15 @@ from pathlib import Path
 import torch
 
 from specdec_core.models.hub import load_pair
-from specdec_core.train import wide
+from specdec_core.train import drafts, teacher, wide
 from specdec_core.train.prompts import to_jsonl
 
 
 def run_stage(pair, files: list[Path], max_new_tokens: int, sample_frac: float, batch: int,
               limit: int | None = None) -> list[dict]:
-    """:func:`specdec_core.train.wide.stage` with a line of what it holds; returns every record."""
+    """:func:`specdec_core.train.teacher.stage` with a line of what it holds; returns every record."""
     t = time.perf_counter()
-    train, val, info = wide.stage(pair, files, max_new_tokens, batch, sample_frac, limit)
+    train, val, info = teacher.stage(pair, drafts.Recipe(), files, max_new_tokens, batch, sample_frac, limit)
     recs = train + val
     n_tok = sum(r["response"].numel() for r in recs)
     print(f"{', '.join(f.name for f in files)}: {len(recs)} answers, {n_tok} response tokens in "

@@ -31,9 +31,9 @@ import torch
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel, load_draft, save_draft
 from specdec_core.models.hub import load_pair
-from specdec_core.study.prompts import load_prompts
+from specdec_core.data.prompts import load_prompts
 from specdec_core.train import curve, distill, drafts
-from specdec_core.train.drafts import CACHE, EOS
+from specdec_core.train.teacher import CACHE, EOS
 from specdec_core.train.prompts import MORE_PATH
 from specdec_core.train.prompts import TRAIN_PATH as TRAIN_PROMPTS
 

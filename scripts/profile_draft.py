@@ -27,7 +27,7 @@ from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel
 from specdec_core.models.hub import load_pair
 from specdec_core.study import bench, profiling
-from specdec_core.study.prompts import encode, load_prompts
+from specdec_core.data.prompts import encode, load_prompts
 
 
 def groups(df) -> dict:

@@ -163,7 +163,7 @@ def main() -> int:
     write_timings(out / "timings.csv", {r.stem: (r.seconds, r.status) for r in results})
     html_failed = False
     if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
-        from specdec_core.study.render import BookError, render_book
+        from specdec_core.tools.render import BookError, render_book
 
         t = time.perf_counter()
         try:

@@ -1,5 +1,5 @@
 """How fast can this machine write teacher data? Response tokens per second of batched target decoding at
-each batch size, for the recipe's generator (:func:`specdec_core.train.distill.teacher_batch`: one preallocated
+each batch size, for the recipe's generator (:func:`specdec_core.train.teacher.teacher_batch`: one preallocated
 cache, rows at their own lengths) and for ``transformers``' ``generate`` with a top-k recording logits processor
 (the generator it replaced, whose cache grows by concatenation), side by side.
 
@@ -24,9 +24,8 @@ import numpy as np
 import torch
 
 from specdec_core.models import load_pair
-from specdec_core.study.prompts import encode, load_prompts
-from specdec_core.train.drafts import EOS, PAD
-from specdec_core.train.distill import teacher_batch
+from specdec_core.data.prompts import encode, load_prompts
+from specdec_core.train.teacher import EOS, PAD, teacher_batch
 from specdec_core.train.prompts import TRAIN_PATH
 
 

@@ -19,7 +19,8 @@ import torch
 from specdec_core.models import shipped
 from specdec_core.train import block
 from specdec_core.train.block import BLOCK_DIR
-from specdec_core.train.drafts import install, rel
+from specdec_core.paths import rel
+from specdec_core.train.drafts import install
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ import torch
 
 from specdec_core.models import shipped
 from specdec_core.train import drafts
-from specdec_core.train.drafts import rel
+from specdec_core.paths import rel
 
 
 def main() -> int:

@@ -46,7 +46,7 @@ class Draft:
 class Drafter:
     name = "drafter"
     vocab_size: int | None = None
-    calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.adaptive.calibrate)
+    calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.models.calibration)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""

@@ -1,4 +1,4 @@
-"""The run record every strategy returns, and the phase clock that fills it.
+"""The run record every strategy returns, the one timer, and the phase clock that fills the record.
 
 One step of any method is *draft → verify → accept → commit* (autoregressive decoding drafts nothing).
 The loop (:mod:`specdec_core.loop`) calls :meth:`Stats.record_step` once per step; the definitions below
@@ -31,6 +31,18 @@ from dataclasses import dataclass, field, fields
 import torch
 
 PHASES = ("draft", "verify", "accept", "commit")
+
+
+def acceptance_rate(accepted, proposed) -> float:
+    """α = accepted ÷ proposed = accepted ÷ (accepted + rejections), NaN when nothing was tested: the book's one α
+    (``Stats.alpha``, and every table pooling calls or steps). Each argument is a count or per-step counts (summed).
+
+    Under Leviathan et al.'s i.i.d. model a step that tests its K proposals accepts n (a truncated geometric) and
+    contributes n successes and one failure unless n = K: this ratio is the maximum-likelihood α. vLLM and
+    transformers report accepted ÷ drafted instead, which counts the untested drafts after a rejection."""
+    a = sum(accepted) if hasattr(accepted, "__iter__") else accepted
+    p = sum(proposed) if hasattr(proposed, "__iter__") else proposed
+    return float(a / p) if p else float("nan")
 
 
 @dataclass
@@ -68,8 +80,7 @@ class Stats:
 
     @property
     def alpha(self) -> float:
-        prop = sum(self.proposed)
-        return sum(self.accepted_lengths) / prop if prop else float("nan")
+        return acceptance_rate(self.accepted_lengths, self.proposed)
 
     @property
     def alpha_tv(self) -> float:
@@ -113,17 +124,42 @@ class Result:
     stats: Stats
 
 
-class Clock:
-    """Accumulates wall time into ``stats.<name>_s``; synchronizes CUDA around reads."""
+def sync(device: torch.device | str | None = None) -> None:
+    """Wait for the work queued on ``device``: CUDA kernels run asynchronously, so a host clock read before they
+    finish would time their launch, not their work. A no-op on CPU; ``None``: the current CUDA device, if any."""
+    if device is None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    elif torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
-    def __init__(self, stats: Stats, device: torch.device):
-        self.stats, self.cuda = stats, torch.device(device).type == "cuda"
-        self.t0 = self.now()
+
+class Timer:
+    """The one timer: host wall time (``time.perf_counter``) read after synchronizing ``device``. Every time the
+    library and the study report (the decode loop's phases, benchmarks, pass and proposal timings) is a difference
+    of two :meth:`now` readings, so a sample is the time a caller waits for the work, launch overheads included."""
+
+    def __init__(self, device: torch.device | str | None = "cpu"):
+        self.device = device
 
     def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        sync(self.device)
         return time.perf_counter()
+
+    def time(self, fn, *args, **kwargs):
+        """``(fn(*args, **kwargs), seconds)``: one call between two synchronized readings."""
+        t = self.now()
+        out = fn(*args, **kwargs)
+        return out, self.now() - t
+
+
+class Clock(Timer):
+    """A run's :class:`Timer`: accumulates the wall time of each phase into ``stats.<name>_s`` and stamps tokens."""
+
+    def __init__(self, stats: Stats, device: torch.device):
+        super().__init__(device)
+        self.stats = stats
+        self.t0 = self.now()
 
     @contextmanager
     def phase(self, name: str):

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core.adaptive import ChoosingDrafter, HybridDrafter, calibrate
+from specdec_core.adaptive import ChoosingDrafter, HybridDrafter
+from specdec_core.models import calibration
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams, confidence
 from specdec_core.study import exactness as ex
@@ -126,18 +127,18 @@ def test_auto_reads_the_calibrated_theta(toy16, tmp_path):
     with pytest.raises(ValueError, match="auto"):
         sd.generate(toy16.target, p, drafter=d, method="linear", confidence="auto")
     rec = dict(method="linear", k_max=4, theta={"model": 0.5, "hybrid": 0.7, "adaptive": 0.7}, fixed_k=1, cost=0.1)
-    calibrate.save(tmp_path, rec)
+    calibration.save(tmp_path, rec)
     pair = sd.toy_pair(vocab_size=16, seed=1)
-    calibrate.attach(pair.drafters, calibrate.load(tmp_path))
+    calibration.attach(pair.drafters, calibration.load(tmp_path))
     for name, theta in (("model", 0.5), ("hybrid", 0.7)):
         kw = dict(drafter=pair.drafters[name], method="linear", k=4, max_new_tokens=20, temperature=1.0)
         a, b = sd.generate(pair.target, p, confidence="auto", **kw), sd.generate(pair.target, p, confidence=theta, **kw)
         assert a.tokens == b.tokens and a.stats.drafted == b.stats.drafted
     with pytest.raises(ValueError, match="auto"):  # calibrated for linear decoding only
         sd.generate(pair.target, p, drafter=pair.drafters["model"], method="tree", confidence="auto")
-    calibrate.save(tmp_path, dict(rec, theta={"model": 1.5}))
+    calibration.save(tmp_path, dict(rec, theta={"model": 1.5}))
     with pytest.raises(ValueError, match="confidence.json"):
-        calibrate.load(tmp_path)
+        calibration.load(tmp_path)
 
 
 def test_bad_adaptive_arguments_are_named(toy16):

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import specdec_core as sd
-from specdec_core.models import REPO_ROOT
+from specdec_core.paths import REPO_ROOT
 from specdec_core.study import exactness as ex
 from specdec_core.study import peers
 

@@ -1,4 +1,5 @@
 """The benchmark bookkeeping: paired ratios, the runner row, and the per-call theory check."""
+import math
 import numpy as np
 import pandas as pd
 import pytest
@@ -53,14 +54,15 @@ def test_generate_runner_row_on_a_toy_pair():
 
 
 def test_pooled_alpha_sums_before_dividing():
-    """Two calls 3/(3+1) and 1/(1+3) pool to 4/8, not to the mean of the ratios; no test at all gives 0."""
+    """Two calls 3/(3+1) and 1/(1+3) pool to 4/8, not to the mean of the ratios; no test at all leaves α undefined
+    (NaN, as ``Stats.alpha`` of an autoregressive run): both through the one α function, record.acceptance_rate."""
     import pandas as pd
 
     from specdec_core.study import bench
 
     df = pd.DataFrame(dict(runner=["a", "a", "b"], task=["x", "y", "x"], accepted=[3, 1, 0], rejections=[1, 3, 0]))
     got = bench.pooled_alpha(df)
-    assert got["a"] == 0.5 and got["b"] == 0.0
+    assert got["a"] == 0.5 and math.isnan(got["b"])
     assert bench.pooled_alpha(df, ["runner", "task"])[("a", "x")] == 0.75
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec_core.study.book import ONE_POINT
+from specdec_core.tools.book import ONE_POINT
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "build" / "book-ci" / "notebooks"
@@ -120,7 +120,7 @@ def test_scanner_sees_what_it_must(tmp_path):
     """The scan itself: each forbidden text is found in a stream, an error and an HTML result."""
     import nbformat
 
-    from specdec_core.study.book import ONE_POINT_NOTE
+    from specdec_core.tools.book import ONE_POINT_NOTE
 
     book_note = ONE_POINT_NOTE.format(figure="speed_vs_k", series="tree") + "\n"
     nb = nbformat.v4.new_notebook()
@@ -158,7 +158,7 @@ def test_one_point_lines_are_found_and_redrawn_as_markers():
     import pandas as pd
     import seaborn as sns
 
-    from specdec_core.study import book
+    from specdec_core.tools import book
 
     fig, ax = plt.subplots()
     df = pd.DataFrame({"K": [4, 2, 4], "median": [1.1, 0.9, 1.0], "method": ["one", "two", "two"]})

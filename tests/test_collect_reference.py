@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from specdec_core.models import REPO_ROOT
+from specdec_core.paths import REPO_ROOT
 
 
 def collect(build, dest):

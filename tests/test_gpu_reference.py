@@ -14,8 +14,9 @@ import torch
 
 import specdec_core as sd
 from specdec_core.lm import CachedLM
-from specdec_core.models import REPO_ROOT
-from specdec_core.study import gpu
+from specdec_core.paths import REPO_ROOT
+from specdec_core.study import hardware
+from specdec_core.tools import gpu_reference as gpu
 from specdec_core.study.compiled import MODES, StaticLM, chained_steps, greedy_decode
 from conftest import requires_cuda
 
@@ -167,34 +168,34 @@ def test_captured_step_decodes_what_generate_decodes(mode):
 
 def test_committed_gpu_reference_reads_back_with_its_columns():
     """Chapters 1 and 6 read the committed run; every table they use has the columns they use."""
-    ref = gpu.load_reference()
+    ref = hardware.load_reference()
     if not ref:
         pytest.skip("no data/reference/cuda-*/ committed")
     for name in ("ceilings", "pass_times", "knees", "pair_costs"):
         assert COLUMNS[f"{name}.csv"] <= set(ref[name].columns), name
     assert ref["tag"].startswith("cuda-") and (ref["knees"].source == ref["tag"]).any()
-    costs = gpu.reference_costs(ref)
+    costs = hardware.reference_costs(ref)
     assert costs and all(0 < c < 1 and all(v >= 0.5 for v in vr.values()) for c, vr in costs.values())
 
 
 def test_load_reference_names_a_missing_table(tmp_path):
     d = tmp_path / "data" / "reference" / "cuda-fake"
     d.mkdir(parents=True)
-    assert gpu.load_reference(tmp_path) == {}  # no summary.md: not a run
+    assert hardware.load_reference(tmp_path) == {}  # no summary.md: not a run
     (d / "summary.md").write_text("# run\n")
     pd.DataFrame({"source": ["cuda-fake"]}).to_csv(d / "ceilings.csv", index=False)
     with pytest.raises(FileNotFoundError, match="knees"):
-        gpu.load_reference(tmp_path)
+        hardware.load_reference(tmp_path)
 
 
 def test_speedup_by_device_marks_each_sources_argmax():
     """Cheap verification moves the best K right; a source's best K is its own argmax (not the global one)."""
     flat = {k: 1.0 for k in range(1, 9)}
     steep = {k: 1.0 + 0.3 * k for k in range(1, 9)}
-    df = gpu.speedup_by_device(0.8, range(1, 9), {"free verify": (0.05, flat), "costly verify": (0.05, steep)})
+    df = hardware.speedup_by_device(0.8, range(1, 9), {"free verify": (0.05, flat), "costly verify": (0.05, steep)})
     best = df[df.best_k].set_index("source")
     assert best.K["free verify"] > best.K["costly verify"]
     for src, g in df.groupby("source"):
         assert g.best_k.sum() == 1 and g.loc[g.best_k, "predicted_speedup"].item() == g.predicted_speedup.max()
     with pytest.raises(ValueError, match="no source"):
-        gpu.speedup_by_device(0.8, [20], {"x": (0.1, flat)})
+        hardware.speedup_by_device(0.8, [20], {"x": (0.1, flat)})

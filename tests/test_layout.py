@@ -1,23 +1,136 @@
-"""The architecture, checked: a small core that imports neither study/ nor train/, four short phases per
-method, one owner of the cache length, and extension by arguments (no test or chapter patches a module).
+"""The architecture, checked: layers that import only downwards and never in a circle, a small core, four short
+phases per method, one owner of the cache length, and extension by arguments (no test or chapter patches a module).
 
-Each check reads the source as text or imports in a fresh interpreter, so it fails the moment a change
-breaks the rule (a deliberately broken copy of each rule is exercised in ``test_checks_can_fail``)."""
+Each check reads the source (the import graph from every ``import`` statement, those inside functions included) or
+imports in a fresh interpreter, so it fails the moment a change breaks the rule; a deliberately broken copy of each
+rule is exercised in ``test_checks_can_fail`` and ``test_graph_checks_can_fail``."""
+import ast
 import inspect
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from specdec_core import loop
-from specdec_core.models import REPO_ROOT
+from specdec_core.paths import REPO_ROOT
 
-CORE = sorted((REPO_ROOT / "specdec_core").glob("*.py"))
+PACKAGE = REPO_ROOT / "specdec_core"
+CORE_MODULES = ("sampling", "kvcache", "record", "lm", "tree", "verify", "drafters", "loop", "decode")
+CORE = [PACKAGE / f"{m}.py" for m in CORE_MODULES]
 CORE_MAX_LINES = 1800  # 1,600 was met by packing lines; unpacked (one assignment a line) the core needs more
 PHASE_MAX_LINES = 40
 PHASES = ("start", "draft", "verify", "accept", "commit")
+
+# The layers, bottom up: a module may import from a lower layer, or from its own package (never in a circle).
+# specdec_core/README.md draws the same list; test_readme_structure_matches_the_code holds the two together.
+LAYERS = {
+    "paths": 0,
+    **{m: 1 for m in CORE_MODULES},  # the decoding core
+    "adaptive": 2, "serving": 2,  # drafters built from core drafters; batched decoding
+    "models": 3,  # targets, drafts, pairs (assembles core and adaptive drafters)
+    "data": 4,  # the prompt sets (encoded through a pair)
+    "__init__": 5,  # the public facade: import specdec_core as sd
+    "study": 6,  # the chapters' measurement library
+    "train": 7,  # training drafts (its cards time the drafts with the study's timers)
+    "tools": 8,  # programs: the GPU reference run, the draft evaluation and card, the book's set-up and rendering
+}
+
+
+def module_name(path) -> str:
+    """``specdec_core/models/hub.py`` → ``specdec_core.models.hub``; a package's ``__init__.py`` → the package."""
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def group(module: str) -> str:
+    """The unit a layer is assigned to: a core module, ``paths``, a subpackage, or ``__init__`` (the facade)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def project_sources() -> dict[str, tuple[str, bool]]:
+    """``{module: (source, is_package)}`` for every module of the package."""
+    return {module_name(p): (p.read_text(), p.name == "__init__.py") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(module: str, source: str, is_package: bool, known: set[str]) -> list[tuple[str, int, bool, str]]:
+    """``(target module, line, inside a function, line text)`` for each project import of ``source``: relative
+    imports resolved, ``from pkg import name`` pointing at ``pkg.name`` when that is a module."""
+    tree, lines = ast.parse(source), source.splitlines()
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            root = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module
+            targets = [f"{root}.{a.name}" if f"{root}.{a.name}" in known else root for a in node.names]
+        else:
+            continue
+        for target in dict.fromkeys(t for t in targets if t == "specdec_core" or t.startswith("specdec_core.")):
+            out.append((target, node.lineno, id(node) in in_function, lines[node.lineno - 1].strip()))
+    return out
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, list[tuple[str, int, bool, str]]]:
+    known = set(sources)
+    return {m: imports(m, src, pkg, known) for m, (src, pkg) in sources.items()}
+
+
+def wrong_direction(graph) -> list[str]:
+    """Imports that reach a higher layer, or a different package on the same layer (a module importing its own
+    package's modules is judged by :func:`circles`)."""
+    bad = []
+    for m, edges in graph.items():
+        for target, line, _, _ in edges:
+            a, b = group(m), group(target)
+            if a == b or (LAYERS[a] == LAYERS[b] == 1):
+                continue
+            if LAYERS[b] >= LAYERS[a]:
+                bad.append(f"{m}:{line} imports {target} ({a}, layer {LAYERS[a]} → {b}, layer {LAYERS[b]})")
+    return bad
+
+
+def circles(graph) -> list[list[str]]:
+    """Every strongly connected set of two or more modules (an import circle), or a module importing itself."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in {t for t, *_ in graph.get(v, [])}:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in {t for t, *_ in graph.get(v, [])}:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def hidden_imports(graph) -> list[str]:
+    """Project imports inside a function without a ``deferred`` comment saying why (a heavy dependency)."""
+    return [f"{m}:{line}: {text}" for m, edges in graph.items() for _, line, inside, text in edges
+            if inside and "deferred" not in text]
 
 
 def _python_files(*folders):
@@ -26,12 +139,6 @@ def _python_files(*folders):
 
 def core_lines() -> int:
     return sum(len(p.read_text().splitlines()) for p in CORE)
-
-
-def imports_study_or_train(text: str) -> list[str]:
-    """Import statements that reach specdec_core.study or specdec_core.train (relative or absolute)."""
-    pat = re.compile(r"^\s*(from\s+(\.|specdec_core\.)(study|train)\b|import\s+specdec_core\.(study|train)\b)", re.M)
-    return [m.group(0).strip() for m in pat.finditer(text)]
 
 
 def assigns_cache_length(text: str) -> list[str]:
@@ -59,9 +166,46 @@ def test_core_is_small():
     assert core_lines() <= CORE_MAX_LINES, f"core modules hold {core_lines()} lines (> {CORE_MAX_LINES})"
 
 
-def test_core_imports_neither_study_nor_train():
-    bad = {p.name: imports_study_or_train(p.read_text()) for p in CORE}
-    assert not any(bad.values()), bad
+def test_imports_point_down_the_layers():
+    bad = wrong_direction(import_graph(project_sources()))
+    assert not bad, "imports against the layers (tests/test_layout.py LAYERS):\n" + "\n".join(bad)
+
+
+def test_no_import_circle():
+    found = circles(import_graph(project_sources()))
+    assert not found, f"import circles: {found}"
+
+
+def test_no_project_import_hides_in_a_function():
+    bad = hidden_imports(import_graph(project_sources()))
+    assert not bad, "imports inside functions (move to the top, or comment why deferred):\n" + "\n".join(bad)
+
+
+def test_every_module_has_a_layer():
+    assert {group(m) for m in project_sources()} <= set(LAYERS), set(map(group, project_sources())) - set(LAYERS)
+    assert sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "paths")) == sorted(CORE_MODULES)
+
+
+def _planted(module: str, line: str) -> dict:
+    """The package's sources with ``line`` added at the top of ``module`` (or inside a new function, if indented)."""
+    sources = project_sources()
+    src, pkg = sources[module]
+    sources[module] = ((f"def planted():\n{line}\n" if line.startswith(" ") else line + "\n") + src, pkg)
+    return sources
+
+
+@pytest.mark.parametrize("module, line, check", [
+    ("specdec_core.models.hub", "from ..study import bench", wrong_direction),  # a library module reaching up
+    ("specdec_core.loop", "from .models import toy_pair", wrong_direction),  # the core reaching up
+    ("specdec_core.serving.batch", "from ..adaptive import hybrid_of", wrong_direction),  # a sibling on its layer
+    ("specdec_core.study.bench", "from ..train import drafts", wrong_direction),  # study below train
+    ("specdec_core.lm", "from .loop import steps", circles),  # loop imports lm
+    ("specdec_core.train.wide", "from . import drafts", circles),  # drafts ... wide (through teacher)
+    ("specdec_core.study.theory", "    from . import bench", hidden_imports),
+])
+def test_graph_checks_can_fail(module, line, check):
+    """A planted bad import is found by its check (the real tree passes above): the checks are not vacuous."""
+    assert check(import_graph(_planted(module, line)))
 
 
 def test_import_is_light():
@@ -99,8 +243,6 @@ def test_scripts_are_command_lines():
 
 
 @pytest.mark.parametrize("check, text", [
-    (imports_study_or_train, "from .study import bench\n"),
-    (imports_study_or_train, "    from specdec_core.train.distill import train\n"),
     (assigns_cache_length, "self.lm.cache.length = 0\n"),
     (assigns_cache_length, "cache.length += 3\n"),
     (patches_a_module, "monkeypatch.setattr(T, 'residual', r)\n"),
@@ -113,7 +255,6 @@ def test_checks_can_fail(check, text):
 
 
 @pytest.mark.parametrize("check, text", [
-    (imports_study_or_train, "from .tree import Tree\n"),
     (assigns_cache_length, "n = lm.length\nif lm.length == 3: pass\n"),
     (patches_a_module, "import specdec_core as sd\nx = sd.generate\n"),
 ])
@@ -141,3 +282,37 @@ def test_notebook_parameters_are_read_by_papermill():
             if lost:
                 missed[f"{name}:{path.stem}"] = sorted(lost)
     assert not missed, f"papermill cannot read these parameter lines (no '=' in their comments): {missed}"
+
+
+def readme_structure(text: str) -> dict[str, int]:
+    """``{file: layer}`` from ``specdec_core/README.md``: each ``- `file`: …`` line under a ``## Layer N`` heading."""
+    out, layer = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"## Layer (\d+)\b", line):
+            layer = int(m.group(1))
+        elif m := re.match(r"- `([\w/]+\.py)`: \S", line):
+            out[m.group(1)] = layer
+    return out
+
+
+def structure_mismatch(listed: dict[str, int]) -> list[str]:
+    files = {str(p.relative_to(PACKAGE)): LAYERS[group(module_name(p))] for p in PACKAGE.rglob("*.py")}
+    bad = [f"{f} is not listed" for f in sorted(set(files) - set(listed))]
+    bad += [f"{f} is listed but does not exist" for f in sorted(set(listed) - set(files))]
+    bad += [f"{f} is listed under layer {listed[f]}, its package is on layer {files[f]}"
+            for f in sorted(set(files) & set(listed)) if listed[f] != files[f]]
+    return bad
+
+
+def test_readme_structure_matches_the_code():
+    """The newcomer's map (specdec_core/README.md) lists every module once, one line each, on its layer."""
+    bad = structure_mismatch(readme_structure((PACKAGE / "README.md").read_text()))
+    assert not bad, bad
+
+
+def test_readme_check_can_fail():
+    listed = readme_structure((PACKAGE / "README.md").read_text())
+    assert structure_mismatch({k: v for k, v in listed.items() if k != "loop.py"}) == ["loop.py is not listed"]
+    assert structure_mismatch(listed | {"study/bench.py": 1}) == [
+        "study/bench.py is listed under layer 1, its package is on layer 6"]
+    assert structure_mismatch(listed | {"study/gone.py": 6}) == ["study/gone.py is listed but does not exist"]

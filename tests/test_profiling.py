@@ -6,7 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec_core.study import profiling as pf
-from specdec_core.models import MODELS_DIR
+from specdec_core.paths import MODELS_DIR
 
 
 def tiny_config(tied: bool) -> LlamaConfig:

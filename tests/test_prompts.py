@@ -1,4 +1,4 @@
-"""The shipped evaluation mix and its loader (specdec_core.study.prompts)."""
+"""The shipped evaluation mix and its loader (specdec_core.data.prompts)."""
 import json
 import re
 from collections import Counter
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_core.study.prompts import (DEFAULT_PATH, LONG_CHARS, MT_CATEGORIES, TASKS, Prompt, encode, length_of,
+from specdec_core.data.prompts import (DEFAULT_PATH, LONG_CHARS, MT_CATEGORIES, TASKS, Prompt, encode, length_of,
                                   load_prompts)
 
 ROOT = Path(__file__).resolve().parent.parent

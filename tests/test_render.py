@@ -1,7 +1,7 @@
 """The rendered book and the reader's JupyterLab.
 
 A tiny run (three executed notebooks made here, with papermill's metadata, a figure output, an equation and
-chapter 6's headline files) is rendered once with :func:`specdec_core.study.render.render_book`; the tests
+chapter 6's headline files) is rendered once with :func:`specdec_core.tools.render.render_book`; the tests
 read the pages it wrote: titles in the table of contents, prev/next through every chapter, every image
 present, math typeset by the book's own MathJax, the search index, the run's parameters and headline. Then
 the loud failures (a failed chapter, an error output, a missing figure, a broken cross-reference), and the
@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_core.study.render import BookError, render_book
+from specdec_core.tools.render import BookError, render_book
 
 CHAPTERS = {  # stem -> (title, markdown of a later cell)
     "00_intro": ("0 · Introduction to the tiny book", "## Section\nPlain text about rejection sampling."),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec_core.models import REPO_ROOT
+from specdec_core.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "run_book.py"
 

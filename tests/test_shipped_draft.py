@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specdec_core as sd
-from specdec_core.study import drafteval
+from specdec_core.tools import drafteval
 from specdec_core.study import exactness as ex
 from specdec_core.models import shipped
 from specdec_core.models.draft import DraftModel

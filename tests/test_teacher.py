@@ -1,4 +1,4 @@
-"""Teacher data (:func:`specdec_core.train.distill.teacher_batch`): the target's own answers and its law at each step.
+"""Teacher data (:func:`specdec_core.train.teacher.teacher_batch`): the target's own answers and its law at each step.
 
 A greedy row must be the target's autoregressive decoding of its prompt, cut after EOS, whatever its neighbours
 in the batch (float64 toy target: identical), and the law recorded at every position must be the top-k of the
@@ -16,7 +16,7 @@ import torch
 import specdec_core as sd
 from specdec_core.serving.cache import BatchLM
 from specdec_core.study import exactness as ex
-from specdec_core.train import distill
+from specdec_core.train import teacher
 
 PROMPTS = [[1, 2, 3], [4, 4, 4, 4, 9], [0], [5, 6, 7, 8, 9, 10, 11]]
 EOS, K = 8, 5  # token 8 ends rows 0, 1, 2 and 3 of the toy target's greedy answers at different steps
@@ -33,7 +33,7 @@ def _cut(tokens, eos):
 
 
 def _teacher(pair, temperature=0.0, n=20, prompts=PROMPTS, seed=0, **kw):
-    return distill.teacher_batch(pair.target, [torch.tensor(p) for p in prompts], n, temperature, K, seed, EOS, **kw)
+    return teacher.teacher_batch(pair.target, [torch.tensor(p) for p in prompts], n, temperature, K, seed, EOS, **kw)
 
 
 def _greedy_mismatches(pair, **kw) -> list[int]:
@@ -111,4 +111,4 @@ def test_an_unknown_teacher_set_is_named():
     from specdec_core.train import drafts
 
     with pytest.raises(ValueError, match="unknown teacher set 'wider'"):
-        drafts.teacher_data(None, drafts.Recipe(teacher="wider"))
+        teacher.teacher_data(None, drafts.Recipe(teacher="wider"))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from specdec_core.study.prompts import TASKS, load_prompts
+from specdec_core.data.prompts import TASKS, load_prompts
 from specdec_core.train import wide
 from specdec_core.train.prompts import eval_grams, grams, sentence
 

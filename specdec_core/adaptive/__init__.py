@@ -1,6 +1,7 @@
 """Adaptive speculation on top of the core's drafters: drafters that choose, step by step, between prompt lookup
 and a draft model (:class:`HybridDrafter` by a fixed rule, :class:`ChoosingDrafter` from the acceptance it has seen),
-and the calibration of the confidence threshold (:mod:`specdec_core.adaptive.calibrate`).
+whose confidence threshold is tuned by :mod:`specdec_core.study.calibrate` and stored with the draft
+(:mod:`specdec_core.models.calibration`).
 
 The draft-length half of adaptive speculation is in the core: ``generate(..., confidence=θ)`` lets a model or block
 drafter stop drafting where its own law is unsure (:func:`specdec_core.sampling.confidence`), and a tree stop
@@ -15,8 +16,6 @@ context, so its law is the one-hot on the proposed token, and the accept rule mi
 residual max(p − q, 0) ∝ p with x removed gives back p exactly.
 """
 from __future__ import annotations
-
-import torch
 
 from ..drafters import Draft, Drafter, ModelDrafter, NGramDrafter
 
@@ -127,14 +126,12 @@ class ChoosingDrafter(HybridDrafter):
 def hybrid_of(drafters: dict) -> dict:
     """``{"hybrid": …, "adaptive": …}`` for a pair's drafters: prompt lookup over its model draft, by a fixed rule
     and by observed acceptance (empty without a model draft). The model draft's calibration, when it carries one
-    (:mod:`~specdec_core.adaptive.calibrate`), gives both their θ for ``confidence="auto"`` and the chooser its c."""
-    from .calibrate import attach
-
+    (:mod:`~specdec_core.models.calibration`), gives the chooser its c; :func:`specdec_core.models.hub.load_pair`
+    attaches their θ for ``confidence="auto"`` from it."""
     if "model" not in drafters or "ngram" not in drafters:
         return {}
     ngram, model = drafters["ngram"], drafters["model"]
     rec = getattr(model, "calibration", None)
     out = {"hybrid": HybridDrafter(ngram, model),
            "adaptive": ChoosingDrafter(ngram, model, cost=(rec or {}).get("cost", 0.1))}
-    attach(out, rec)
     return out

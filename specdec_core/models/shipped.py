@@ -7,15 +7,27 @@ and acceptance figure in the book would be wrong).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
-from .hub import REPO_ROOT, sha256_file
+from ..drafters import BlockDrafter, ModelDrafter
+from ..paths import DRAFTS_DIR, rel
+from . import calibration
 
-DRAFTS_DIR = REPO_ROOT / "data" / "drafts"
 MODEL_DRAFT = DRAFTS_DIR / "smollm2-135m-draft"
 BLOCK_DRAFT = DRAFTS_DIR / "smollm2-135m-block"  # the block drafter (specdec_core.drafters)
 SUMS = "SHA256SUMS"
 REQUIRED = ("config.json", "model.safetensors")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB chunks (model caches, shipped drafts, training inputs)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class CorruptDraft(RuntimeError):
@@ -56,7 +68,7 @@ def verify(folder: Path) -> dict[str, str]:
         got = sha256_file(f)
         if got != digest:
             raise CorruptDraft(f"shipped draft file {f} fails its SHA-256 checksum (expected {digest[:12]}…, "
-                               f"got {got[:12]}…): restore it with `git checkout -- {f.relative_to(REPO_ROOT) if f.is_relative_to(REPO_ROOT) else f}` "
+                               f"got {got[:12]}…): restore it with `git checkout -- {rel(f)}` "
                                "or retrain with `make models FORCE=1`")
     return sums
 
@@ -68,7 +80,7 @@ def is_present(folder: Path | None = None) -> bool:
 
 def load_model_draft(target, dtype=None, device=None, folder: Path | None = None):
     """The shipped model draft (or the one in ``folder``) on top of ``target``, after checking its checksums."""
-    from .draft import load_draft
+    from .draft import load_draft  # deferred: it imports transformers' Llama modelling (1.5 s)
 
     folder = Path(folder or MODEL_DRAFT)
     verify(folder)
@@ -78,23 +90,25 @@ def load_model_draft(target, dtype=None, device=None, folder: Path | None = None
 def load_shipped_drafters(target, dtype, device) -> dict:
     """Return ``{name: drafter}`` for every shipped draft whose weights are present and valid.
 
-    ``{"model": ModelDrafter(draft)}`` (with its calibrated θ, :mod:`specdec_core.adaptive.calibrate`) when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
+    ``{"model": ModelDrafter(draft)}`` (with its calibrated θ, :mod:`specdec_core.models.calibration`) when ``data/drafts/smollm2-135m-draft`` is there, ``"block"``
     (:class:`~specdec_core.drafters.BlockDrafter`) when ``data/drafts/smollm2-135m-block`` is; a draft that
     fails its checksum raises :class:`CorruptDraft`; an absent one is skipped (``make models`` trains it).
     """
-    from ..drafters import ModelDrafter
-
-    from ..adaptive import calibrate
-
     out = {}
     if is_present():
         out["model"] = ModelDrafter(load_model_draft(target, dtype=dtype, device=device))
         # θ for confidence="auto", when calibrated for these weights (a retrained draft's sums no longer list it)
-        calibrate.attach(out, calibrate.load(MODEL_DRAFT) if calibrate.CALIBRATION in read_sums(MODEL_DRAFT) else None)
+        calibration.attach(out, calibration.load(MODEL_DRAFT) if calibration.CALIBRATION in read_sums(MODEL_DRAFT) else None)
     if is_present(BLOCK_DRAFT):
-        from ..drafters import BlockDrafter
-        from .block import load_block
+        from .block import load_block  # deferred: it imports transformers' Llama modelling (1.5 s)
 
         verify(BLOCK_DRAFT)
         out["block"] = BlockDrafter(load_block(BLOCK_DRAFT, target, dtype=dtype, device=device))
     return out
+
+
+def drafted_point(folder: Path = MODEL_DRAFT) -> tuple[int, int]:
+    """Where the draft in ``folder`` sits on the learning curve: (trunk layers, training response tokens), read
+    from its config (recipe and training log)."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    return len(cfg["recipe"]["layers"]), cfg["training"]["train_tokens"]

@@ -15,14 +15,13 @@ passes, never random numbers or decisions.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ..decode import check_arguments, eos_ids
 from ..loop import Autoregressive, Linear, Verdict, cut
-from ..record import Result, Stats
+from ..record import Result, Stats, Timer
 from ..sampling import choose, make_generator
 from ..verify import speculative_sample
 from .cache import BatchLM
@@ -81,13 +80,14 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     lm = BatchLM(target, B, capacity)
     eos = eos_ids(target)
     stats = [Stats(method) for _ in rows]
-    t0 = time.perf_counter()
+    clock = Timer(lm.device)  # reads after a device sync, as the single-prompt loop's Clock
+    t0 = clock.now()
     logits = lm.prefill(rows)[:, -1]
     first = [choose(logits[r], params, gens[r])[0] for r in range(B)]
     seqs = [p + [t] for p, t in zip(rows, first)]  # every token so far
     outs = [[t] for t in first]  # the new tokens
     done = [t in eos or max_new_tokens <= 1 for t in first]
-    now = time.perf_counter() - t0
+    now = clock.now() - t0
     for s in stats:
         s.target_passes = 1
         s.new_tokens = 1
@@ -98,25 +98,25 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     used = 0  # of them, those that carried a row's real token
     while not all(done):
         ks = [0 if d else min(k, max_new_tokens - len(o)) for d, o in zip(done, outs)]
-        t = {"draft": time.perf_counter()}
+        t = {"draft": clock.now()}
         drafts = bdraft.propose(seqs, ks, params, gens) if bdraft else [None] * B
-        t["verify"] = time.perf_counter()
+        t["verify"] = clock.now()
         feed = [[] if done[r] else seqs[r][-1:] + (drafts[r].tokens.tolist() if drafts[r] else []) for r in range(B)]
         logits = lm.forward(feed)
-        t["accept"] = time.perf_counter()
+        t["accept"] = clock.now()
         verdicts = [None if done[r] else accept[r].accept(drafts[r], logits[r, :len(feed[r])]) for r in range(B)]
-        t["commit"] = time.perf_counter()
+        t["commit"] = clock.now()
         lm.cache.advance(torch.tensor((commit or ragged_commit)(verdicts)))
         if bdraft:
             bdraft.accept([0 if v is None else v.accepted for v in verdicts])
-        t["end"] = time.perf_counter()
+        t["end"] = clock.now()
         n_steps += 1
         slots += B * logits.shape[1]
         used += sum(map(len, feed))
         for r, v in enumerate(verdicts):
             if v is not None:
                 _emit(stats[r], v, drafts[r], outs[r], seqs[r], done, r, max_new_tokens, eos, t, t0)
-    wall = time.perf_counter() - t0
+    wall = clock.now() - t0
     total = sum(map(len, outs))
     return BatchResult([Result(o, s) for o, s in zip(outs, stats)],
                        dict(batch=B, method=method, steps=n_steps, target_passes=n_steps + 1, new_tokens=total,

@@ -1,5 +1,6 @@
-"""The study around the core: exactness statistics and negative controls (``exactness``, ``mutants``),
-timing and benchmarks (``bench``, ``profiling``, ``blas``, ``peers``, ``serving``), the theory (``theory``),
-the prompt sets (``prompts``), choosing trees from measurements (``treesearch``), evaluating a draft
-(``drafteval``), the chapters' shared set-up (``book``) and one way to say a comparison (``report``).
-"""
+"""The chapters' measurement library, built on the library below it (see ``specdec_core/README.md``):
+timing (``profiling``: the protocol, ceilings and pass costs; ``bench``: methods side by side; ``serving``;
+``blas``; ``compiled``: static-shape steps), the theory (``theory``, ``curves``, ``treesearch``, ``hardware``),
+exactness (``exactness``, ``mutants``, ``peers``: transformers' decoders under the same tests), choosing settings
+(``calibrate``), and saying and drawing results (``report``, ``figures``). Programs that use it live in
+``specdec_core/tools``."""

@@ -13,7 +13,6 @@ Absolute times are never compared across runs, only ratios within one.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -21,10 +20,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..decode import generate
 from ..drafters import Drafter
+from ..lm import CachedLM
+from ..record import PHASES, Timer, acceptance_rate
 from ..sampling import SamplingParams
-from .profiling import at_context, pass_fn, summarize, sync, time_interleaved
-from .profiling import progress_bar as tqdm
+from ..tree import Dynamic
+from .profiling import at_context, pass_fn, progress_bar as tqdm, summarize, time_interleaved
+from .theory import speedup
 
 Runner = Callable[[torch.Tensor], dict]  # prompt ids -> {"tokens": list[int], ...extra stats}
 
@@ -40,18 +43,14 @@ def run_interleaved(runners: dict[str, Runner], prompts: list[tuple[dict, torch.
     for _ in range(warmup):
         for name in names:
             runners[name](prompts[0][1])
-    rows = []
+    rows, timer = [], Timer(None)  # None: the current CUDA device, if any (a runner may run anywhere)
     total = repeats * len(prompts) * len(names)
     bar = tqdm(total=total, desc="benchmark", disable=not progress)
     for rep in range(repeats):
         for i, (meta, ids) in enumerate(prompts):
             order = names[(i + rep) % len(names):] + names[: (i + rep) % len(names)]
             for name in order:
-                sync()
-                t = time.perf_counter()
-                out = runners[name](ids)
-                sync()
-                dt = time.perf_counter() - t
+                out, dt = timer.time(runners[name], ids)
                 n = len(out["tokens"])
                 extra = {k: v for k, v in out.items() if k != "tokens" and not isinstance(v, dict)}
                 rows.append(dict(meta, runner=name, repeat=rep, new_tokens=n, seconds=dt,
@@ -78,7 +77,6 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
     """A runner calling :func:`specdec_core.generate`; its row carries the speculative counts (accepted,
     rejections, proposed, τ), the decode-loop time and tokens (prefill excluded) and latency percentiles;
     ``keep_steps`` also keeps the per-step accepted lengths."""
-    from ..decode import generate
 
     def run(ids):
         return _call_row(generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
@@ -93,8 +91,6 @@ def decode_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_st
     ``drafted_per_step`` (tokens or tree nodes in a verify pass) and the four phases' seconds
     (``draft_s``, ``verify_s``, ``accept_s``, ``commit_s``). ``outputs``: a dict that receives every call's
     tokens under the prompt's ids (``tuple(ids.tolist())``), for checking greedy outputs afterwards."""
-    from ..decode import generate
-    from ..record import PHASES
 
     def run(ids):
         r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
@@ -115,7 +111,6 @@ def method_kwargs(pair, spec: dict, k: int | None = None) -> dict:
     ``spec``: ``{"method": ..., "drafter": <key of pair.drafters>, "k": ..., "tree": "default" | {Dynamic
     arguments}}`` (drafter and tree optional); ``k`` overrides the spec's. A drafter the pair lacks raises
     ``KeyError`` (check with ``spec["drafter"] in pair.drafters``)."""
-    from ..tree import Dynamic
 
     kw = {key: v for key, v in spec.items() if key not in ("drafter", "tree")}
     if spec.get("drafter") is not None:
@@ -187,7 +182,7 @@ def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float,
     """Leviathan et al.'s prediction against the measurement, call by call.
 
     For each (prompt, repeat) where both runners decoded at least ``min_tokens`` tokens: α̂ from that
-    call's own steps (:func:`theory.alpha_mle`), the predicted speedup :func:`theory.speedup` (α̂, K, c,
+    call's own steps (:func:`~specdec_core.record.acceptance_rate`), the predicted speedup :func:`theory.speedup` (α̂, K, c,
     verify ratio), and the measured one — the decode loops' tokens/s ratio (prefill, the same for both,
     is not what the theorem models). α varies from prompt to prompt, and the speedup is not linear in α,
     so each call is predicted from its own α̂ rather than from one pooled α.
@@ -195,7 +190,6 @@ def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float,
     Returns the per-call table and a summary: median predicted, median measured, and the relative error
     between those medians (the agreement the book reports).
     """
-    from .theory import speedup
 
     key = ["id", "repeat"]
     rate = lambda d: d.decode_tokens / d.decode_s  # noqa: E731
@@ -218,8 +212,9 @@ def theory_check(df: pd.DataFrame, runner: str, baseline: str, k: int, c: float,
 
 
 def pooled_alpha(df: pd.DataFrame, by="runner") -> pd.Series:
-    """α per group of a run table, pooled over its calls: Σ accepted ÷ Σ (accepted + rejections)."""
-    return df.groupby(by).apply(lambda g: g.accepted.sum() / max(1, g.accepted.sum() + g.rejections.sum()),
+    """α per group of a run table, pooled over its calls: :func:`~specdec_core.record.acceptance_rate` of
+    Σ accepted and Σ (accepted + rejections) (NaN for a group that tested nothing, e.g. autoregressive)."""
+    return df.groupby(by).apply(lambda g: acceptance_rate(g.accepted.sum(), g.accepted.sum() + g.rejections.sum()),
                                 include_groups=False)
 
 
@@ -277,7 +272,6 @@ def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats:
     at the context of ``ids`` followed by ``decoded`` more tokens (half the decode budget puts the context
     where a decode loop spends it on average). Returns medians (ms) and ``c`` = draft / target(1),
     ``verify_ratio[K]``."""
-    from ..lm import CachedLM
 
     ids = torch.as_tensor(ids).view(-1)
     S = ids.numel() + decoded
@@ -309,13 +303,12 @@ def proposal_timer(drafter: Drafter, context: list[int], params: SamplingParams 
     drafter.reset(torch.tensor(context), len(context) + 2 * getattr(drafter, "max_block", 16) + 2)
     drafter.propose(context[:-1], 1, params, None)
     drafter.accept(0)
+    timer = Timer(drafter.lm.device)
 
     def timed(k: int) -> float:
         drafter.lm.cache.rollback(drafter.lm.length - base)
         g = torch.Generator().manual_seed(k)
-        t = time.perf_counter()
-        drafter.propose(context, k, params, g)
-        dt = time.perf_counter() - t
+        _, dt = timer.time(drafter.propose, context, k, params, g)
         drafter.accept(0)
         return dt
 
@@ -343,12 +336,8 @@ class TimedDrafter(Drafter):
     def _timed(self, fn, context, k):
         lm = getattr(self.inner, "lm", None)
         unseen = len(context) - (lm.length if lm is not None else 0)
-        device = lm.device if lm is not None else "cpu"
-        sync(device)
-        t = time.perf_counter()
-        out = fn()
-        sync(device)
-        self.records.append(dict(k=k, unseen=unseen, seconds=time.perf_counter() - t, first=self._first))
+        out, seconds = Timer(lm.device if lm is not None else "cpu").time(fn)
+        self.records.append(dict(k=k, unseen=unseen, seconds=seconds, first=self._first))
         self._first = False
         return out
 

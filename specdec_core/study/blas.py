@@ -20,6 +20,10 @@ import os
 import subprocess
 import sys
 
+from ..lm import CachedLM
+from ..models import load_pair
+from . import profiling as pf
+
 VAR = "MKL_CBWR"
 DEFAULT = "AUTO"
 
@@ -34,10 +38,6 @@ def _pass_times(model: str, token_counts: list[int], context: int, repeats: int,
     count in turn (0: torch's default). One process for them all: its start and the model's load cost more than
     the timings at a small size."""
     import torch
-
-    from . import profiling as pf
-    from ..lm import CachedLM
-    from ..models import load_pair
 
     target = load_pair(model).target
     lm = CachedLM(target, context + max(token_counts))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..decode import eos_ids
 from ..kvcache import KVCache, _SlabLayer
 
 MODES = ("eager", "compile", "reduce-overhead", "graph")
@@ -179,7 +180,6 @@ def chained_steps(lm: StaticLM, n: int, T: int = 1) -> torch.Tensor:
 def static_runner(target, max_new_tokens: int, capacity: int, mode: str = "compile", backend: str = "inductor"):
     """A runner for :func:`~specdec_core.study.bench.run_interleaved`: :func:`greedy_decode` over one
     :class:`StaticLM` built once (compiled at its first call) and reset per prompt."""
-    from ..decode import eos_ids
 
     lm, eos = StaticLM(target, capacity, mode, backend), eos_ids(target)
 

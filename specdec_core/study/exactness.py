@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
-from ..decode import generate
+from ..decode import METHODS, generate
 from ..sampling import SamplingParams, process_logits
 from ..verify import speculative_sample
+from . import mutants
 
 
 # -- exact laws --------------------------------------------------------------------------------
@@ -144,7 +145,6 @@ def spec_confidence(spec: str) -> float | None:
 def unavailable(pair, spec: str) -> str | None:
     """Why ``spec`` cannot run on ``pair`` (None when it can): an unknown method, no drafter named, or a
     drafter the pair lacks."""
-    from ..decode import METHODS
 
     method, drafter = parse_spec(spec)
     if method not in METHODS:
@@ -472,7 +472,6 @@ def run_control(pair, prompt, name: str, N: int, n: int, k: int = 1, seed0: int 
                 threads: int | None = 1):
     """Run the negative control ``name`` (:data:`specdec_core.study.mutants.CONTROLS`) through ``generate`` on
     ``pair`` in the setting where its bug bites; returns (:class:`Gof` against the exact law, :class:`Samples`)."""
-    from . import mutants
 
     c = mutants.CONTROLS[name]
     params = setting_params(c["setting"])
@@ -677,7 +676,6 @@ AUDIT_MUTANTS = {
 def mutant_runner(pair, name: str, length: int, k: int = 2):
     """The lossy sampler ``name`` of :data:`AUDIT_MUTANTS` as an :func:`audit` runner on ``pair`` (a pair whose
     ``"model"`` drafter wraps a Hugging Face causal LM: the toy pairs)."""
-    from . import mutants
 
     if name not in AUDIT_MUTANTS:
         raise ValueError(f"unknown mutant {name!r}; choose one of {sorted(AUDIT_MUTANTS)}")

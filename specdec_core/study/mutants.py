@@ -30,8 +30,7 @@ import torch
 from ..drafters import Draft, Drafter, ModelDrafter
 from ..lm import CachedLM
 from ..sampling import PROB_DTYPE, choose, process_logits, sample
-from ..verify import residual as _residual
-from ..verify import speculative_sample
+from ..verify import residual as _residual, speculative_sample
 
 
 def _accept(x, draft_probs, target_probs, generator):

@@ -21,14 +21,14 @@ import os
 import platform
 import random
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ..models.hub import REPO_ROOT
+from ..paths import REFERENCE_DIR
+from ..record import Timer, sync  # noqa: F401  (sync: the study's timers and chapters call it as profiling.sync)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -40,16 +40,6 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}: use one of {sorted(DTYPES)}")
     return DTYPES[name]
-
-
-def sync(device: torch.device | str | None = None) -> None:
-    """Wait for queued work on ``device`` (a no-op on CPU; ``None``: the current CUDA device, if any).
-    Every timer of the study synchronizes through this function."""
-    if device is None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    elif torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _slug(text: str) -> str:
@@ -94,7 +84,7 @@ def reference_dir(tag: str, root: Path | str | None = None) -> Path:
     """Where reference results of device ``tag`` live: ``<root>/data/reference/<tag>/``."""
     if not tag or _slug(tag) != tag:
         raise ValueError(f"device tag {tag!r} is not a slug (use device_tag())")
-    return Path(root or REPO_ROOT) / "data" / "reference" / tag
+    return (Path(root) / "data" / "reference" if root else REFERENCE_DIR) / tag
 
 
 def save_csv(df, name: str, out_dir: Path | str, device: torch.device | str,
@@ -121,7 +111,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
     1. warm-up: every callable runs ``warmup`` times (allocator, caches, kernel selection), untimed;
     2. ``repeats`` rounds; in each round every callable runs once, in an order shuffled per round
        (seeded), so slow drifts and bursts of background load fall on all of them alike;
-    3. each run is timed on the host with ``time.perf_counter`` between two device synchronizations
+    3. each run is timed by :class:`~specdec_core.record.Timer` (``time.perf_counter`` between two device synchronizations
        (CUDA: ``torch.cuda.synchronize``; CPU: none needed), so a sample is the wall time a caller
        waits, launch overheads included.
 
@@ -138,16 +128,13 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup
         for n in names:
             fns[n]()
     sync(device)
-    rng, rows = random.Random(seed), []
+    rng, rows, timer = random.Random(seed), [], Timer(device)
     for r in progress_bar(range(repeats), desc="timing rounds", leave=False, disable=not progress):
         order = names[:]
         rng.shuffle(order)
         for n in order:
-            sync(device)
-            t0 = time.perf_counter()
-            fns[n]()
-            sync(device)
-            rows.append((n, r, time.perf_counter() - t0))
+            _, seconds = timer.time(fns[n])
+            rows.append((n, r, seconds))
     return pd.DataFrame(rows, columns=["name", "repeat", "seconds"])
 
 
@@ -517,11 +504,11 @@ def profile_ops(fn: Callable[[], Any], device: torch.device | str = "cpu", repea
     fn()
     sync(device)
     with profile(activities=acts) as prof:
-        t0 = time.perf_counter()
+        timer = Timer(device)
+        t0 = timer.now()
         for _ in range(repeats):
             fn()
-        sync(device)
-        wall = (time.perf_counter() - t0) / repeats
+        wall = (timer.now() - t0) / repeats
     rows = []
     for e in prof.key_averages():
         self_us = e.self_device_time_total if cuda else e.self_cpu_time_total

@@ -11,16 +11,16 @@ speculation stops paying, and the latency a streaming reader sees.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import torch
 
+from ..decode import generate
 from ..lm import CachedLM
+from ..record import Timer
 from ..serving import generate_batch
 from .bench import per_token_latency
-from .profiling import at_context, pass_fn, summarize, sync, time_interleaved
+from .profiling import at_context, pass_fn, summarize, time_interleaved
 
 
 def batch_prompts(encoded: list[torch.Tensor], B: int) -> list[torch.Tensor]:
@@ -42,13 +42,12 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
     was known), ``tau`` (tokens per row and target pass), ``outputs`` (the rows' tokens, to check that every
     method decoded the same text).
     """
-    from ..decode import generate
 
     def call(name, B):
         kw = dict(methods[name])
         prompts = batch_prompts(encoded, B)
-        sync()
-        t = time.perf_counter()
+        timer = Timer(None)
+        t = timer.now()
         in_turn, _ = kw.pop("one_at_a_time", False), kw.pop("at", None)
         if kw.pop("single", False):
             res = [generate(target, prompts[0], max_new_tokens=max_new_tokens, **kw)]
@@ -57,12 +56,11 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
             for p in prompts:
                 r = generate(target, p, max_new_tokens=max_new_tokens, **kw)
                 r.stats.token_times = [t_done + x for x in r.stats.token_times]
-                t_done = time.perf_counter() - t
+                t_done = timer.now() - t
                 res.append(r)
         else:
             res = generate_batch(target, prompts, max_new_tokens=max_new_tokens, **kw).results
-        sync()
-        wall = time.perf_counter() - t
+        wall = timer.now() - t
         n = sum(len(r.tokens) for r in res)
         first = min(r.stats.token_times[0] for r in res)  # the (first) prefill's end
         decode_s = (sum(r.stats.token_times[-1] - r.stats.token_times[0] for r in res) if in_turn else

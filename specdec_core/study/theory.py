@@ -26,17 +26,6 @@ def speedup(alpha, k, c, verify_ratio=1.0):
     return expected_tokens(alpha, k) / (k * np.asarray(c, dtype=float) + verify_ratio)
 
 
-def alpha_mle(accepted_lengths, proposed) -> float:
-    """α estimated from speculative steps: accepted ÷ (accepted + rejections).
-
-    Under the i.i.d. model a step of K proposals accepts n ~ truncated geometric; each step contributes
-    n successes and one failure unless n = K. This is the maximum-likelihood estimate.
-    """
-    acc = sum(accepted_lengths)
-    rejections = sum(1 for n, k in zip(accepted_lengths, proposed) if n < k)
-    return acc / (acc + rejections) if acc + rejections else float("nan")
-
-
 def best_k(alpha: float, c: float, verify_ratio=None, k_max: int = 16) -> int:
     """The K in 1..k_max maximizing :func:`speedup` (``verify_ratio``: a callable K → ratio, or None for 1)."""
     ks = np.arange(1, k_max + 1)

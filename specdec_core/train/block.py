@@ -6,7 +6,7 @@ position a + j and sees the real tokens ≤ a and its own block's earlier masks:
 :class:`specdec_core.drafters.BlockDrafter`, reproduced for many anchors at once by a 4D attention mask.
 
 Recipe (:class:`BlockRecipe`, the only place its defaults live): the same self-distillation data as the
-model draft (:func:`specdec_core.train.drafts.teacher_records`, cached under ``data/train_cache/``), the same
+model draft (:func:`specdec_core.train.teacher.teacher_records`, cached under ``data/train_cache/``), the same
 top-k KD loss (:func:`specdec_core.train.distill.kd_loss`) and trainer (:func:`specdec_core.train.distill.train`).
 The block draft starts from the shipped model draft (trunk, draft vocabulary) and adds ``max_block - 1`` mask
 embeddings; trunk and masks are trained together on every real response position (the next token, block
@@ -26,16 +26,17 @@ from pathlib import Path
 
 import torch
 
+from ..data.prompts import encode, load_prompts
 from ..drafters import BlockDrafter
 from ..models import shipped
 from ..models.block import MASKS_FILE, BlockDraftModel, load_block, save_block
 from ..models.draft import DraftModel
 from ..models.hub import load_pair
 from ..study.bench import proposal_timer
-from ..study.prompts import encode, load_prompts
 from ..tree import attention_bias
 from . import distill
-from .drafts import CACHE, EOS, FIRST, PAD, Recipe, mean_tail, teacher_records
+from .drafts import FIRST, Recipe, mean_tail
+from .teacher import CACHE, EOS, PAD, teacher_records
 
 
 def block_batch(lengths: list[int], anchors: list[list[int]], K: int, V: int) -> dict:

@@ -1,7 +1,7 @@
 """The draft's learning curve: the first draft's recipe at several data sizes and trunk depths, measured teacher-forced.
 
 Data: the target's answers to the first training set (``data/prompts/train.jsonl``, the first draft's) and to
-``data/prompts/train_more.jsonl`` (:func:`specdec_core.train.drafts.teacher_records`, cached). A size is a
+``data/prompts/train_more.jsonl`` (:func:`specdec_core.train.teacher.teacher_records`, cached). A size is a
 *nested* subset of their union: records in a fixed pseudo-random order (a hash of the prompt id and mode), taken
 until the size's share of the response tokens, so every smaller set lies inside every larger one and the sets
 differ only in how much of the same distribution they hold. Everything else is the recipe's (vocabulary chosen
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from ..study.prompts import DEFAULT_PATH as EVAL_PATH
-from ..study.prompts import encode, load_prompts
-from . import distill, drafts
-from .drafts import CACHE, EOS, PAD
-
+from ..data.prompts import DEFAULT_PATH as EVAL_PATH, encode, load_prompts
+from ..models.draft import DraftModel, load_draft, save_draft
+from . import distill, drafts, teacher
+from .teacher import CACHE, EOS, PAD
+from .prompts import MORE_PATH
 
 # every stage at a tiny size (a minute): the scripts' --smoke checks their plumbing with it
 SMOKE_RECIPE = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=8, gen_batch=4,
@@ -35,12 +35,11 @@ SMOKE_RECIPE = drafts.Recipe(greedy_prompts=6, sample_prompts=3, max_new_tokens=
 def teacher_sets(pair, recipe: drafts.Recipe, more: int, sample_frac: float) -> dict:
     """The recipe's teacher data on the first training set (``first``) and the target's answers to ``more``
     prompts of ``train_more.jsonl``, a ``sample_frac`` share of them at temperature 1 (``more``): each a
-    ``(train, val, info)`` triple of :func:`~specdec_core.train.drafts.teacher_records` (cached, resumable)."""
-    from .prompts import MORE_PATH
+    ``(train, val, info)`` triple of :func:`~specdec_core.train.teacher.teacher_records` (cached, resumable)."""
 
     n_sample = round(more * sample_frac)
-    return dict(first=drafts.teacher_records(pair, recipe),
-                more=drafts.teacher_records(pair, recipe, prompt_file=MORE_PATH, counts=(more - n_sample, n_sample)))
+    return dict(first=teacher.teacher_records(pair, recipe),
+                more=teacher.teacher_records(pair, recipe, prompt_file=MORE_PATH, counts=(more - n_sample, n_sample)))
 
 
 def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = None,
@@ -56,7 +55,7 @@ def eval_records(pair, max_new_tokens: int, batch: int, per_task: int | None = N
         order = sorted(range(len(prompts)), key=lambda i: len(ids[i]))
         for b in range(0, len(order), batch):
             items = order[b:b + batch]
-            out = distill.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b, EOS)
+            out = teacher.teacher_batch(pair.target, [ids[i] for i in items], max_new_tokens, temp, 20, 7 + b, EOS)
             for r, i in zip(out, items):
                 r.update(key=prompts[i].id, mode=mode, task=prompts[i].task)
             recs += out
@@ -101,7 +100,6 @@ def point_dir(tag: str, share: float, layers: tuple, recipe: drafts.Recipe) -> P
 
 def train_point(pair, train: list[dict], layers: tuple, recipe: drafts.Recipe, run_dir: Path, progress=True):
     """The recipe with trunk ``layers`` on ``train``; returns the stored (float16) draft and its training log."""
-    from ..models.draft import DraftModel, load_draft, save_draft
 
     recipe = replace(recipe, layers=tuple(layers))
     torch.manual_seed(recipe.seed)

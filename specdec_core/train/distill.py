@@ -1,11 +1,9 @@
-"""Self-distillation data and loss for trained drafters (the model draft here; reusable by a block draft).
+"""Self-distillation for trained drafters: draft vocabulary, batches, loss, training loop, teacher-forced metrics.
 
 The pipeline, each step a function:
 
-1. :func:`generate_teacher_data` — the target answers training prompts itself (greedy and/or sampled
-   at temperature 1) in batches decoded in one preallocated cache, and records its next-token law at every
-   response position, compactly: the top-``k`` token ids (int32) and log-probabilities (float16) of
-   the *full-vocabulary* softmax. Results go to resumable shards in a cache folder.
+1. teacher data — the target's own answers and its law at every response position: :mod:`specdec_core.train.teacher`
+   (the one module that makes, caches and loads teacher records).
 2. :func:`choose_draft_vocab` — the N most frequent tokens of the target's responses (+ EOS).
 3. :func:`make_batches` / :func:`collate` — deterministic, length-bucketed, padded training batches;
    the teacher's top-k ids are mapped to draft-vocabulary slots (``-1`` outside it).
@@ -23,8 +21,6 @@ it), ``key`` (prompt id), ``mode`` (``"greedy"`` or ``"sample"``).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import random
@@ -33,132 +29,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-
-
-# -- 1. teacher data ---------------------------------------------------------------------------------
-def commit_all(fed: list[list[int]]) -> list[int]:
-    """Each row's cache keeps every token it was fed (what decoding needs)."""
-    return [len(f) for f in fed]
-
-
-@torch.inference_mode()
-def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temperature: float,
-                  top_k_record: int, seed: int, eos_id: int, commit=commit_all, compact_below: float = 0.75) -> list[dict]:
-    """Answer a batch of prompts and return one record per prompt (responses cut after EOS).
-
-    Batched decoding in one preallocated cache (:class:`~specdec_core.serving.cache.BatchLM`, each row at its own
-    length); once the rows still answering fall below ``compact_below`` of the rows in the cache, the finished
-    ones are dropped from it (:meth:`~specdec_core.serving.cache.BatchKVCache.keep`), so long answers do not carry
-    short ones. Greedy rows take the argmax; sampled rows draw from ``softmax(logits / temperature)`` with one
-    generator seeded by ``seed``. The recorded law is the top-``top_k_record`` of the full-vocabulary softmax of
-    the raw logits (temperature 1), whatever the decoding temperature. ``commit``: how many fed tokens each row's
-    cache keeps (the tests pass a wrong one).
-    """
-    from ..sampling import sample
-    from ..serving.cache import BatchLM
-
-    lm = BatchLM(target, len(prompts), max(len(p) for p in prompts) + max_new_tokens + 1)
-    gen = torch.Generator(device=lm.device).manual_seed(seed)
-    logits = lm.prefill([p.tolist() for p in prompts])[:, -1]
-    rows = list(range(len(prompts)))  # cache row i holds prompt rows[i]
-    live = list(rows)  # cache rows still answering
-    out, idx, logp = ([[] for _ in prompts] for _ in range(3))
-    for step in range(max_new_tokens):
-        law = torch.log_softmax(logits[live].float(), -1)
-        top = law.topk(top_k_record, dim=-1)
-        nxt = law.argmax(-1) if temperature <= 0 else sample(torch.softmax(law / temperature, -1), gen)
-        ids, lps = top.indices.to(torch.int32), top.values.to(torch.float16)
-        for j, (i, t) in enumerate(zip(live, nxt.tolist())):
-            out[rows[i]].append(t)
-            idx[rows[i]].append(ids[j])
-            logp[rows[i]].append(lps[j])
-        live = [i for i in live if out[rows[i]][-1] != eos_id]
-        if not live or step == max_new_tokens - 1:
-            break
-        if len(live) < compact_below * len(rows):  # drop finished rows: later passes cost only what answers
-            lm.cache.keep(torch.tensor(live))
-            rows, live = [rows[i] for i in live], list(range(len(live)))
-        going = set(live)
-        fed = [[out[r][-1]] if i in going else [] for i, r in enumerate(rows)]
-        logits = lm.forward(fed, commit=commit(fed))[:, -1]
-    return [dict(prompt=p.to(torch.int32), response=torch.tensor(o, dtype=torch.int32),
-                 top_idx=torch.stack(i), top_logp=torch.stack(l)) for p, o, i, l in zip(prompts, out, idx, logp)]
-
-
-@dataclass(frozen=True)
-class TeacherPlan:
-    """What :func:`generate_teacher_data` produces; its hash names the cache folder."""
-
-    prompts_sha256: str
-    target_sha256: str
-    modes: tuple  # ((mode, temperature, n_prompts), ...) e.g. (("greedy", 0.0, 2400), ("sample", 1.0, 600))
-    max_new_tokens: int = 128
-    top_k_record: int = 20
-    batch_size: int = 32
-    seed: int = 0
-
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def plan_batches(plan: TeacherPlan, keys: list[str], lengths: list[int]) -> list[dict]:
-    """Deterministic batches: for each mode, a seeded choice of prompts sorted by length (less padding)."""
-    rng = random.Random(plan.seed)
-    order = list(range(len(keys)))
-    rng.shuffle(order)
-    batches, start = [], 0
-    for mode, temperature, n in plan.modes:
-        chosen = sorted(order[start:start + n], key=lambda i: (lengths[i], keys[i]))
-        start += n  # each mode answers different prompts (more variety than two answers to one prompt)
-        for b in range(0, len(chosen), plan.batch_size):
-            batches.append(dict(mode=mode, temperature=temperature, items=chosen[b:b + plan.batch_size]))
-    if start > len(keys):
-        raise ValueError(f"the plan asks for {start} prompts but the prompt set has {len(keys)}")
-    for j, b in enumerate(batches):
-        b["name"], b["seed"] = f"shard_{j:04d}", plan.seed * 100003 + j
-    return batches
-
-
-def generate_teacher_data(target, prompt_ids: list[torch.Tensor], keys: list[str], plan: TeacherPlan,
-                          cache_dir: Path, eos_id: int, progress: bool = True) -> Path:
-    """Run (or resume) the plan; one ``.pt`` shard per batch, written atomically. Returns the folder.
-
-    A shard that exists is never recomputed, so an interrupted run continues where it stopped.
-    """
-    from tqdm.auto import tqdm
-
-    folder = Path(cache_dir) / f"teacher-{plan.key()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "plan.json").write_text(json.dumps(asdict(plan), indent=1))
-    batches = plan_batches(plan, keys, [len(p) for p in prompt_ids])
-    todo = [b for b in batches if not (folder / f"{b['name']}.pt").exists()]
-    cost = lambda b: sum(len(prompt_ids[i]) for i in b["items"]) / 4 + len(b["items"]) * plan.max_new_tokens
-    bar = tqdm(total=int(sum(cost(b) for b in batches)), initial=int(sum(cost(b) for b in batches if b not in todo)),
-               desc="teacher data", unit="tok", disable=not progress, smoothing=0.1)
-    for b in todo:
-        recs = teacher_batch(target, [prompt_ids[i] for i in b["items"]], plan.max_new_tokens, b["temperature"],
-                             plan.top_k_record, b["seed"], eos_id)
-        for r, i in zip(recs, b["items"]):
-            r["key"], r["mode"] = keys[i], b["mode"]
-        tmp = folder / f"{b['name']}.pt.tmp"
-        torch.save(recs, tmp)
-        os.replace(tmp, folder / f"{b['name']}.pt")
-        bar.update(int(cost(b)))
-    bar.close()
-    (folder / "DONE").write_text(f"{len(batches)} shards\n")
-    return folder
-
-
-def load_teacher_data(folder: Path) -> list[dict]:
-    """All records of a finished teacher-data folder, in shard order."""
-    folder = Path(folder)
-    if not (folder / "DONE").exists():
-        raise RuntimeError(f"teacher data in {folder} is incomplete: run generate_teacher_data to finish it")
-    recs = []
-    for f in sorted(folder.glob("shard_*.pt")):
-        recs += torch.load(f, weights_only=True)
-    return recs
 
 
 # -- 2. draft vocabulary -----------------------------------------------------------------------------

@@ -18,7 +18,6 @@ feature-draft experiment (:mod:`specdec_core.train.feature`) train on the same t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -28,15 +27,13 @@ from pathlib import Path
 
 import torch
 
+from ..models.calibration import CALIBRATION
+from ..data.prompts import VAL_FRAC
 from ..models import shipped
 from ..models.draft import DraftModel, load_draft, save_draft
-from ..models.hub import MANIFEST, MODELS_DIR, REPO_ROOT, load_pair, sha256_file
-from ..study.prompts import encode, load_prompts
+from ..models.hub import load_pair
 from . import distill
-from .prompts import TRAIN_PATH as TRAIN_PROMPTS
-
-CACHE = REPO_ROOT / "data" / "train_cache"
-EOS = PAD = 2  # <|im_end|>
+from .teacher import CACHE, EOS, PAD, teacher_data
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class Recipe:
     max_new_tokens: int = 128
     top_k_record: int = 20  # teacher law stored as its top-k (ids + float16 log-probs)
     gen_batch: int = 32
-    val_frac: float = 0.05  # held-out slice of the training prompts: model selection and the FORCE report
+    val_frac: float = VAL_FRAC  # held-out slice of the training prompts: model selection and the FORCE report
     # "first": the target's answers to train.jsonl (the counts above); "wide": the 1 M-token set of
     # scripts/make_teacher_data.py (every training prompt file and the passages' writing requests, :mod:`.wide`)
     teacher: str = "wide"
@@ -68,67 +65,6 @@ class Recipe:
 # the first shipped draft's recipe (95 k response tokens of train.jsonl, 1800 steps): the learning curve's base
 # (its points change only the data, steps and layers) and the feature and block experiments' data
 FIRST = replace(Recipe(), teacher="first", train=replace(Recipe().train, steps=1800))
-
-
-def is_val(prompt_id: str, frac: float) -> bool:
-    """Deterministic held-out split by a hash of the prompt id."""
-    return zlib.crc32(prompt_id.encode()) % 10_000 < frac * 10_000
-
-
-def held_out_prompts(frac: float | None = None) -> list:
-    """The training prompts the recipe holds out (``val_frac``): where hyperparameters and K are chosen."""
-    frac = Recipe().val_frac if frac is None else frac
-    return [p for p in load_prompts(TRAIN_PROMPTS) if is_val(p.id, frac)]
-
-
-def teacher_records(pair, recipe: Recipe, progress=True, prompt_file: Path | list[Path] = TRAIN_PROMPTS,
-                    counts: tuple[int, int] | None = None,
-                    max_new_tokens: int | None = None) -> tuple[list[dict], list[dict], dict]:
-    """Generate (or load) the teacher data; returns (train records, val records, info). ``prompt_file`` (one file
-    or several, read in order), ``counts`` (prompts answered greedily, at temperature 1) and ``max_new_tokens``:
-    by default the recipe's."""
-    files = [Path(prompt_file)] if isinstance(prompt_file, (str, Path)) else [Path(f) for f in prompt_file]
-    prompts = [p for f in files for p in load_prompts(f)]
-    n_greedy, n_sample = counts or (recipe.greedy_prompts, recipe.sample_prompts)
-    target_sha = json.loads((MODELS_DIR / "smollm2-135m" / MANIFEST).read_text())["model.safetensors"]
-    digest = (sha256_file(files[0]) if len(files) == 1 else
-              hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest())
-    plan = distill.TeacherPlan(
-        prompts_sha256=digest, target_sha256=target_sha, modes=(("greedy", 0.0, n_greedy), ("sample", 1.0, n_sample)),
-        max_new_tokens=max_new_tokens or recipe.max_new_tokens, top_k_record=recipe.top_k_record,
-        batch_size=recipe.gen_batch, seed=recipe.seed)
-    t = time.perf_counter()
-    folder = distill.generate_teacher_data(pair.target, [encode(pair, p) for p in prompts], [p.id for p in prompts],
-                                           plan, CACHE, eos_id=EOS, progress=progress)
-    recs = distill.load_teacher_data(folder)
-    train = [r for r in recs if not is_val(r["key"], recipe.val_frac)]
-    val = [r for r in recs if is_val(r["key"], recipe.val_frac)]
-    info = dict(teacher_folder=str(folder.relative_to(REPO_ROOT)), teacher_seconds=round(time.perf_counter() - t, 1),
-                train_records=len(train), val_records=len(val),
-                train_tokens=sum(r["response"].numel() for r in train), plan=asdict(plan))
-    return train, val, info
-
-
-TEACHER_SETS = ("first", "wide")
-
-
-def teacher_data(pair, recipe: Recipe, progress=True) -> tuple[list[dict], list[dict], dict]:
-    """The teacher data ``recipe.teacher`` names: (train records, held-out records, info). ``info`` has
-    :func:`teacher_records`' keys; for the wide set ``plan`` is its second stage's and ``stages`` holds both."""
-    if recipe.teacher == "first":
-        return teacher_records(pair, recipe, progress)
-    if recipe.teacher != "wide":
-        raise ValueError(f"unknown teacher set {recipe.teacher!r}: one of {TEACHER_SETS}")
-    from . import wide
-
-    train, val, infos = wide.teacher_set(pair, progress)
-    keep = ("teacher_folder", "teacher_seconds", "train_records", "val_records", "train_tokens", "plan")
-    info = dict(teacher_folder=[i["teacher_folder"] for i in infos.values()],
-                teacher_seconds=round(sum(i["teacher_seconds"] for i in infos.values()), 1),
-                train_records=len(train), val_records=len(val),
-                train_tokens=sum(r["response"].numel() for r in train), plan=infos["answers"]["plan"],
-                stages={k: {f: i[f] for f in keep} for k, i in infos.items()})
-    return train, val, info
 
 
 def mean_tail(losses: list[float], n: int) -> float:
@@ -248,7 +184,6 @@ def install(src: Path, dest: Path, names=shipped.REQUIRED) -> None:
     """Copy a trained draft's ``names`` and its ``SHA256SUMS`` from ``src`` into the shipped folder ``dest``; a
     confidence calibration there belonged to the replaced weights and is removed (scripts/calibrate_confidence.py
     makes the new draft's)."""
-    from ..adaptive.calibrate import CALIBRATION
 
     dest.mkdir(parents=True, exist_ok=True)
     for name in (*names, shipped.SUMS):
@@ -256,7 +191,3 @@ def install(src: Path, dest: Path, names=shipped.REQUIRED) -> None:
     (dest / CALIBRATION).unlink(missing_ok=True)
 
 
-def rel(path: Path) -> Path:
-    """``path`` relative to the repository root when it lies inside it (for messages)."""
-    path = Path(path)
-    return path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path

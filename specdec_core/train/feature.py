@@ -11,7 +11,7 @@ input, which already decided token t+1) together with the embedding of token t+1
     [f_t ; embed(x_{t+1})] ─ Linear(2H → H) ─► n Llama layers (+ final norm) ─► h_t ─ sub-head ─► x_{t+2}
 
 trained on the same self-distillation records as the shipped draft (the teacher data of
-:func:`specdec_core.train.drafts.teacher_records`, answers to the training prompts only) with the same top-k
+:func:`specdec_core.train.teacher.teacher_records`, answers to the training prompts only) with the same top-k
 KD loss, plus a smooth-L1 pull of h_t towards f_{t+1} so that h_t can stand in for the target's feature at
 the next draft step (EAGLE-1's recipe). Variant ``two_step`` also trains the second step on the draft's own
 first-step output (EAGLE-3's "training-time test"); variant ``features_zeroed`` is the ablation. Trunk,
@@ -41,12 +41,14 @@ from torch import nn
 
 from ..models import shipped
 from ..models.draft import DraftModel
-from ..models.hub import REPO_ROOT, load_pair
+from ..models.hub import load_pair
+from ..paths import REFERENCE_DIR, REPO_ROOT
 from ..tree import attention_bias
 from . import distill
-from .drafts import CACHE, FIRST, PAD, mean_tail, teacher_records
+from .drafts import FIRST, mean_tail
+from .teacher import CACHE, PAD, teacher_records
 
-OUT = REPO_ROOT / "data" / "reference" / "feature_draft.json"
+OUT = REFERENCE_DIR / "feature_draft.json"
 # name -> (features zeroed, second step trained on the draft's own output)
 VARIANTS = {"with_features": (False, False), "features_zeroed": (True, False), "two_step": (False, True)}
 

@@ -3,7 +3,7 @@ the eval mix (its command line: ``scripts/make_train_prompts.py``).
 
 Prompts are templates × topics of this project's own (no external data), one JSON object a line in
 the evaluation mix's format (``id``, ``task``, ``category``, ``turns``, ``length``; see
-:mod:`specdec_core.study.prompts`) so the same loader reads both. Tasks and categories reuse the eval
+:mod:`specdec_core.data.prompts`) so the same loader reads both. Tasks and categories reuse the eval
 mix's names, but every text here is built from the tables below, never from ``eval.jsonl``;
 :func:`check_disjoint` refuses a prompt whose first turn shares a 10-word run with an eval prompt.
 Passages for summarization / RAG / extraction are fictional documents assembled from slot-filled
@@ -16,11 +16,10 @@ import random
 import re
 from pathlib import Path
 
-from ..models.hub import REPO_ROOT
-from ..study.prompts import DEFAULT_PATH as EVAL_PATH
-from ..study.prompts import MT_CATEGORIES, length_of
+from ..data.prompts import DEFAULT_PATH as EVAL_PATH, MT_CATEGORIES, length_of
+from ..paths import PROMPTS_DIR
 
-TRAIN_PATH = REPO_ROOT / "data" / "prompts" / "train.jsonl"
+TRAIN_PATH = PROMPTS_DIR / "train.jsonl"
 SEED = 20240611
 
 TOPICS = [
@@ -382,7 +381,7 @@ def rag_passages(rng):
 MORE_GENERATORS = [(multi_turn, 16), (translation_into_english, 9), (translation, 3), (summarization, 12),
                    (qa, 12), (math_reasoning, 12), (rag_passages, 8), (rag, 4)]
 TASK_OF = {translation_into_english: "translation", rag_passages: "rag"}  # generators not named after their task
-MORE_PATH = REPO_ROOT / "data" / "prompts" / "train_more.jsonl"
+MORE_PATH = PROMPTS_DIR / "train_more.jsonl"
 MORE_SEED = 20261130
 
 

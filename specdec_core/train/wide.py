@@ -21,14 +21,12 @@ import json
 import re
 from pathlib import Path
 
-from ..models.hub import REPO_ROOT
-from ..study.prompts import length_of, load_prompts
-from .prompts import (AUDIENCES, LANGS, MORE_PATH, PEOPLE, TOPICS, TOWNS, TRAIN_PATH, clear_of_eval, draw, grams,
-                      pick)
+from ..paths import PROMPTS_DIR
+from .prompts import AUDIENCES, LANGS, MORE_PATH, PEOPLE, TOPICS, TOWNS, TRAIN_PATH, clear_of_eval, draw, grams, pick
 
-WRITING_PATH = REPO_ROOT / "data" / "prompts" / "train_writing.jsonl"
-PASSAGES_PATH = REPO_ROOT / "data" / "prompts" / "passages.jsonl"
-WIDE_PATH = REPO_ROOT / "data" / "prompts" / "train_wide.jsonl"
+WRITING_PATH = PROMPTS_DIR / "train_writing.jsonl"
+PASSAGES_PATH = PROMPTS_DIR / "passages.jsonl"
+WIDE_PATH = PROMPTS_DIR / "train_wide.jsonl"
 WRITING_SEED, WIDE_SEED = 20261201, 20261202
 ANSWER_FILES = (TRAIN_PATH, MORE_PATH, WIDE_PATH)  # stage 2 answers every prompt of these
 PROMPT_FILES = (WRITING_PATH, *ANSWER_FILES)  # every prompt file the wide set answers (both stages)
@@ -162,26 +160,3 @@ def build_wide(passages: list[dict], n: int, seed: int = WIDE_SEED) -> list[dict
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def stage(pair, files, max_new_tokens: int, batch: int = BATCH, sample_frac: float = SAMPLE_FRAC,
-          limit: int | None = None, progress: bool = True) -> tuple[list[dict], list[dict], dict]:
-    """The target's answers to the prompts of ``files`` (all of them, or the first ``limit`` of a seeded
-    shuffle), a ``sample_frac`` share at temperature 1: generated or loaded from the cache, resumable
-    (:func:`specdec_core.train.drafts.teacher_records`: train records, held-out records, info)."""
-    from . import drafts
-
-    n = limit or sum(len(load_prompts(f)) for f in files)
-    n_sample = round(n * sample_frac)
-    return drafts.teacher_records(pair, drafts.Recipe(gen_batch=batch), progress, prompt_file=list(files),
-                                  counts=(n - n_sample, n_sample), max_new_tokens=max_new_tokens)
-
-
-def teacher_set(pair, progress: bool = True) -> tuple[list[dict], list[dict], dict]:
-    """Both stages with the committed prompt files and the plan above: (train, held-out, info per stage)."""
-    missing = [f for f in PROMPT_FILES if not f.exists()]
-    if missing:
-        raise FileNotFoundError(f"{missing[0]} is missing: python scripts/make_teacher_data.py writes the wide set")
-    t1, v1, i1 = stage(pair, [WRITING_PATH], WRITING_TOKENS, progress=progress)
-    t2, v2, i2 = stage(pair, ANSWER_FILES, ANSWER_TOKENS, progress=progress)
-    return t1 + t2, v1 + v2, dict(writing=i1, answers=i2)

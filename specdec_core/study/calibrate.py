@@ -1,4 +1,4 @@
-"""The confidence threshold θ, chosen on held-out *training* prompts and stored with the draft.
+"""Tuning the confidence threshold θ on held-out *training* prompts, for storing with the draft.
 
 ``generate(..., confidence="auto")`` reads ``drafter.calibrated[method]``; for the shipped draft those values
 come from ``data/drafts/<draft>/confidence.json``, written by ``scripts/calibrate_confidence.py`` (listed in
@@ -7,7 +7,8 @@ same one chapter 8 makes: every candidate setting against autoregressive decodin
 run over held-out training prompts; the highest median speedup per family wins. The evaluation mix is never
 read here.
 
-The file::
+The file's format (where it lives, loading, checking and attaching it to drafters) is
+:mod:`specdec_core.models.calibration`'s; this module is the tuning procedure that fills it. The file::
 
     {"method": "linear", "k_max": 6, "theta": {"model": 0.5, "hybrid": 0.7, "adaptive": 0.7},
      "fixed_k": 1, "cost": 0.11, "prompts": 6, "max_new_tokens": 64, "table": [...one row per candidate...]}
@@ -15,9 +16,9 @@ The file::
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-CALIBRATION = "confidence.json"
+from . import bench
+
 FAMILIES = ("model", "hybrid", "adaptive")  # drafters whose θ is tuned (a θ= candidate per family and θ)
 ROLES = {"fixed K": "model, K=", "model + confidence": "model, θ=", "hybrid + confidence": "hybrid, θ=",
          "adaptive + confidence": "adaptive, θ="}
@@ -43,8 +44,7 @@ def tune(pair, prompts, cands: dict[str, dict], max_new_tokens: int, repeats: in
     """Run every candidate and autoregressive decoding (greedy, interleaved) on ``prompts``; returns the raw runs
     and a table indexed by candidate: paired speedup (median, q25, q75, n), α, drafted tokens per step,
     ``family`` and ``setting``."""
-    from ..study import bench
-
+    
     def runner(kw):
         return bench.decode_runner(pair.target, max_new_tokens, 0.0, **bench.method_kwargs(pair, kw))
 
@@ -78,35 +78,3 @@ def record(table, chosen: dict[str, str], cost: float, k_max: int, **meta) -> di
     return dict(method="linear", k_max=k_max, theta=theta, fixed_k=int(chosen["fixed K"].split("K=")[1]),
                 cost=round(cost, 4), **meta,
                 table=json.loads(table.reset_index().round(4).to_json(orient="records", force_ascii=False)))
-
-
-def save(folder: Path, rec: dict) -> Path:
-    path = Path(folder) / CALIBRATION
-    path.write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
-    return path
-
-
-def load(folder: Path) -> dict | None:
-    """The calibration stored in ``folder`` (None when there is none); a file without θ per drafter is an
-    error naming the file."""
-    path = Path(folder) / CALIBRATION
-    if not path.exists():
-        return None
-    rec = json.loads(path.read_text())
-    theta = rec.get("theta")
-    if rec.get("method") != "linear" or not isinstance(theta, dict) or not all(
-            isinstance(v, (int, float)) and 0 < v <= 1 for v in theta.values()):
-        raise ValueError(f"{path}: a calibration needs method 'linear' and θ in (0, 1] per drafter, got {rec!r:.200}")
-    return rec
-
-
-def attach(drafters: dict, rec: dict | None) -> None:
-    """Give each drafter of ``drafters`` whose family ``rec`` calibrated its ``calibrated`` θ (``"auto"``), and
-    the model draft the record itself (the chooser reads its cost from it)."""
-    if rec is None:
-        return
-    if "model" in drafters:
-        drafters["model"].calibration = rec
-    for name, d in drafters.items():
-        if name in rec["theta"]:
-            d.calibrated = {rec["method"]: float(rec["theta"][name])}

@@ -1,7 +1,7 @@
 """The rendered book: a run's *executed* notebooks as a static HTML book (Sphinx, myst-nb, sphinx-book-theme).
 
     python scripts/run_book.py --params ci --out build/book --html    # executes, then calls render_book
-    python -m specdec_core.study.render build/book                    # renders an earlier run again
+    python -m specdec_core.tools.render build/book                    # renders an earlier run again
 
 Nothing is executed here: the notebooks of ``<run>/notebooks/`` are read as they are. The book is written
 into the run folder itself, beside the notebooks, figures and tables: ``<run>/index.html`` is the front page
@@ -36,7 +36,9 @@ from pathlib import Path
 
 import nbformat
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from ..paths import REPO_ROOT
+from ..study.bench import paired_ratios
+
 HEADLINE = "06_speedup"          # the chapter whose files make the front page's headline
 HEADLINE_FIGURE = "speedup_by_task.png"
 TITLE = "specdec: speculative and parallel decoding, executed"
@@ -208,7 +210,6 @@ def headline_table(folder: Path) -> str:
 
     runs_csv, summary_csv = folder / "headline_runs.csv", folder / "summary.csv"
     if runs_csv.is_file():
-        from .bench import paired_ratios
 
         runs = pd.read_csv(runs_csv)
         temps = sorted(runs.temperature.unique())
@@ -339,7 +340,7 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
 
 
 CONF = '''\
-# Written by specdec_core/study/render.py for one render; edit that module, not this file.
+# Written by specdec_core/tools/render.py for one render; edit that module, not this file.
 project = "specdec"
 author = "the specdec authors"
 html_show_copyright = False

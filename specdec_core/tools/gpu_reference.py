@@ -32,7 +32,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import profiling as pf
+import specdec_core as sd
+from ..data.prompts import encode, load_prompts
+from ..lm import CachedLM
+from ..models import hub, shipped
+from ..models.draft import DraftModel
+from ..models.shipped import load_model_draft
+from ..paths import REFERENCE_DIR, rel
+from ..study import bench, peers, profiling as pf
+from ..study.compiled import StaticLM, chained_steps, greedy_decode, static_runner
+from ..study.exactness import gof_family
+from ..study.theory import speedup
+from ..tree import Tree
 
 FILES = ("summary.md", "core.csv", "ceilings.csv", "pass_times.csv", "knees.csv", "pair_costs.csv", "steps.csv",
          "embedded.csv")
@@ -165,8 +176,6 @@ def cache_checks(pair, device) -> list[dict]:
     rollback: commit four tokens, roll back two, write two others → the logits of the next pass equal a fresh
     pass's. compaction: a pass over a root and two siblings (the tree mask), :meth:`KVCache.keep` of the root and
     the second sibling → the next pass equals a fresh pass over prompt + root + sibling."""
-    from ..lm import CachedLM
-    from ..tree import Tree
 
     target = pair.target
     g = torch.Generator().manual_seed(5)
@@ -199,10 +208,6 @@ def cache_checks(pair, device) -> list[dict]:
 
 
 def stage_core(run: Run) -> None:
-    import specdec_core as sd
-
-    from .exactness import gof_family
-
     sz, dev, rows = run.sizes, run.device, []
     pair = sd.toy_pair(vocab_size=16, seed=1, device=dev)  # float64
     cpu_pair = sd.toy_pair(vocab_size=16, seed=1) if dev.type != "cpu" else pair
@@ -239,7 +244,7 @@ def stage_core(run: Run) -> None:
 def chapter1_reference(name: str) -> pd.DataFrame:
     """Chapter 1's CPU table ``name`` (``ceilings`` or ``knees``) from ``data/reference/book/01_bottleneck/``, in
     this run's columns, for the side-by-side (empty if the reference is not there)."""
-    path = pf.REPO_ROOT / "data" / "reference" / "book" / "01_bottleneck" / f"{name}.csv"
+    path = REFERENCE_DIR / "book" / "01_bottleneck" / f"{name}.csv"
     if not path.exists():
         return pd.DataFrame()
     d = pd.read_csv(path)
@@ -252,9 +257,6 @@ def chapter1_reference(name: str) -> pd.DataFrame:
 
 
 def stage_bottleneck(run: Run) -> None:
-    from ..lm import CachedLM
-    from .compiled import StaticLM, chained_steps
-
     sz, dev, dt = run.sizes, run.device, run.dtype
     cb = pf.copy_bandwidth(sz.copy_bytes, dev, dt, repeats=sz.ceil_repeats)
     mp = pf.matmul_peak(sz.gemm_n, dev, dt, repeats=sz.ceil_repeats)
@@ -307,7 +309,7 @@ def stage_bottleneck(run: Run) -> None:
 def cpu_alpha(root: Path | None = None) -> dict:
     """α of the shipped draft measured on CPU (``data/reference/draft_summary.jsonl``), with the CPU's c and verify
     ratios (the same file's cost row; chapter 3's ``pass_costs.csv`` per K)."""
-    ref = Path(root or pf.REPO_ROOT) / "data" / "reference"
+    ref = (Path(root) / "data" / "reference" if root else REFERENCE_DIR)
     rec = json.loads((ref / "draft_summary.jsonl").read_text().splitlines()[-1])
     out = {"alpha": {"greedy": rec["alpha"]["greedy_all"], "T=1": rec["alpha"]["t1_all"]},
            "c": rec["cost"]["c"], "verify_ratio": {int(rec["cost"]["k"]): rec["cost"]["verify_ratio"]}}
@@ -321,12 +323,10 @@ def pair_models(run: Run):
     """The embedded pair's shapes with random target weights: the 135M-shaped target and the shipped draft's trunk
     on top of it (its trunk and 8,192-token head; timing does not depend on the values). Smoke runs: a tiny
     target and a one-layer draft copied from it."""
-    from ..models.draft import DraftModel
 
     target = pf.build_llama(model_config(run.sizes.target), run.dtype, run.device,
                             label=f"{run.sizes.target} (random weights)")
     if run.sizes.target == "smollm2-135m":
-        from ..models.shipped import load_model_draft
 
         draft = load_model_draft(target)
     else:
@@ -335,9 +335,6 @@ def pair_models(run: Run):
 
 
 def stage_pair_costs(run: Run) -> None:
-    from ..lm import CachedLM
-    from .theory import speedup
-
     sz, dev = run.sizes, run.device
     target, draft = pair_models(run)
     S = sz.cost_context
@@ -382,9 +379,6 @@ def step_modes(run: Run) -> list[str]:
 
 def identity_rows(run: Run, modes) -> list[dict]:
     """The static step's greedy tokens against ``sd.generate`` on a float64 toy pair on the device, per mode."""
-    import specdec_core as sd
-
-    from .compiled import StaticLM, greedy_decode
 
     pair, rows = sd.toy_pair(vocab_size=16, seed=1, device=run.device), []
     prompts = [torch.tensor([1, 5, 3, 7, 2]), torch.tensor([9, 9, 4])]
@@ -408,9 +402,6 @@ def step_shapes(run: Run, role: str, mode: str) -> tuple[int, ...]:
 
 
 def stage_steps(run: Run) -> None:
-    from ..lm import CachedLM
-    from .compiled import StaticLM, chained_steps
-
     sz, dev = run.sizes, run.device
     modes = step_modes(run)
     ident = pd.DataFrame(identity_rows(run, modes))
@@ -472,10 +463,6 @@ def embedded_pair(run: Run):
     """``(pair, source, prompts)`` for stage 5, or ``(None, why, [])``: the embedded pair from its converted cache
     ``data/models/smollm2-135m`` (checksums verified, never converted here) or from a GGUF file given with
     ``--gguf`` (needs the ``gguf`` package), with the evaluation prompts; smoke runs: a toy pair, random prompts."""
-    import specdec_core as sd
-
-    from ..models import hub, shipped
-    from .prompts import encode, load_prompts
 
     if run.smoke:
         g = torch.Generator().manual_seed(3)
@@ -497,7 +484,7 @@ def embedded_pair(run: Run):
     else:
         cache = hub.MODELS_DIR / "smollm2-135m"
         if not cache.exists():
-            return None, f"no converted weights at {cache.relative_to(pf.REPO_ROOT)} and no --gguf file", []
+            return None, f"no converted weights at {rel(cache)} and no --gguf file", []
         hub.verify_cache(cache)
         pair, source = sd.load_pair("smollm2-135m", dtype=dtype, device=run.device, rebuild=False), "converted cache"
     prompts = [(dict(id=p.id, task=p.task), encode(pair, p)) for p in load_prompts(per_task=run.sizes.embedded_per_task)]
@@ -514,9 +501,6 @@ def _recorded(runner, store: dict):
 
 
 def stage_embedded(run: Run) -> None:
-    from . import bench, peers
-    from .compiled import static_runner
-
     sz = run.sizes
     pair, source, prompts = embedded_pair(run)
     if pair is None:
@@ -596,7 +580,7 @@ def write_summary(run: Run) -> Path:
     """``summary.md``: the environment, each stage's status and one-line finding, the key tables."""
     t = run.tables
     md = [f"# Reference run on {pf.device_tag(run.device)}" + (" (smoke sizes)" if run.smoke else ""), "",
-          "Written by `scripts/gpu_reference.py` (`specdec_core/study/gpu.py`); see `data/reference/README.md`.", "",
+          "Written by `scripts/gpu_reference.py` (`specdec_core/tools/gpu_reference.py`); see `data/reference/README.md`.", "",
           "## Environment", "", *[f"- {k}: {v}" for k, v in environment(run.device).items()],
           f"- wall time so far: {time.perf_counter() - run.started:.0f} s", "", "## Stages", ""]
     md += [f"- **{name}**: {run.status.get(name, 'not run')}" + (f" — {run.notes[name]}" if name in run.notes else "")
@@ -643,48 +627,3 @@ def write_summary(run: Run) -> Path:
 def _flat(df: pd.DataFrame) -> pd.DataFrame:
     df.columns = [" / ".join(str(x) for x in c if x != "") if isinstance(c, tuple) else c for c in df.columns]
     return df
-
-
-# -- reading a reference run back (chapters 1 and 6) ------------------------------------------------------
-def load_reference(root: Path | str | None = None) -> dict[str, pd.DataFrame]:
-    """The tables of the committed GPU reference run, ``data/reference/cuda-*/`` (the newest folder if several),
-    by name (``ceilings``, ``pass_times``, ``knees``, ``steps``, ``pair_costs``, ...) plus ``"tag"``; an empty dict if
-    there is none. They come from another machine and another run: read ratios and shapes from them, never set
-    their absolute times beside this run's."""
-    base = Path(root or pf.REPO_ROOT) / "data" / "reference"
-    runs = sorted((d for d in base.glob("cuda-*") if (d / "summary.md").exists()),
-                  key=lambda d: (d / "summary.md").stat().st_mtime)
-    if not runs:
-        return {}
-    d = runs[-1]
-    out = {p.stem: pd.read_csv(p) for p in sorted(d.glob("*.csv"))}
-    missing = {"ceilings", "pass_times", "knees"} - set(out)
-    if missing:
-        raise FileNotFoundError(f"GPU reference run {d} lacks {sorted(missing)}: rerun scripts/gpu_reference.py")
-    out["tag"] = d.name
-    return out
-
-
-def speedup_by_device(alpha: float, ks, costs: dict[str, tuple[float, dict]]) -> pd.DataFrame:
-    """Theorem 3.8's speedup per K for one α and several cost sets ``{source: (c, {K: verify ratio})}`` (a source
-    without a verify ratio at some K gets no row there), with each source's best K marked: what the same draft
-    (α belongs to the weights) predicts on different hardware."""
-    from .theory import speedup
-
-    rows = [dict(source=src, K=k, c=c, verify_ratio=vr[k], predicted_speedup=float(speedup(alpha, k, c, vr[k])))
-            for src, (c, vr) in costs.items() for k in ks if k in vr]
-    if not rows:
-        raise ValueError(f"no source has a verify ratio at any K in {list(ks)}")
-    df = pd.DataFrame(rows).assign(alpha=alpha)
-    df["best_k"] = df.groupby("source").predicted_speedup.transform(lambda s: s.index == s.idxmax())
-    return df
-
-
-def reference_costs(ref: dict[str, pd.DataFrame]) -> dict[str, tuple[float, dict]]:
-    """``{"<tag> / <mode>": (c, {K: verify ratio})}`` from a reference run's ``pair_costs`` table (its own rows)."""
-    if "pair_costs" not in ref:
-        return {}
-    d = ref["pair_costs"]
-    d = d[d.source == ref["tag"]].drop_duplicates(["mode", "K"])
-    return {f"{ref['tag']} / {m}": (float(g.c.iloc[0]), dict(zip(g.K.astype(int), g.verify_ratio)))
-            for m, g in d.groupby("mode", sort=False)}

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.prompts import encode, load_prompts
 from ..models import load_pair, resolve_device
-from . import profiling
-from .prompts import encode, load_prompts
+from ..study import profiling
 
 progress = profiling.progress_bar  # tqdm with few updates, and none in the executed book
 
@@ -138,7 +138,7 @@ def setup(out_dir, model: str | None = None, *, draft: str | None = None, device
     - ``model``: load the pair (:func:`~specdec_core.models.load_pair` with ``draft``, ``dtype``, ``device``);
       ``need``: drafter names the chapter cannot do without (a missing one raises, naming ``make models``);
     - ``per_task`` (with ``tasks``, ``prompt_file``): the evaluation prompts, encoded with the pair's chat
-      template (:func:`~specdec_core.study.prompts.encode`).
+      template (:func:`~specdec_core.data.prompts.encode`).
     """
     import seaborn as sns
 

@@ -12,7 +12,7 @@ protocol), each a function, run in order by :func:`evaluate`:
 3. **Speed** (:func:`speed`) on the eval mix with the best K, greedy: autoregressive vs linear, interleaved,
    paired tokens/s ratios per task (median, IQR, range); greedy outputs compared token by token.
 4. **Acceptance** (:func:`acceptance`) on the eval mix with the best K: greedy (from stage 3's runs) and
-   temperature 1; α = accepted ÷ (accepted + rejections) (:func:`theory.alpha_mle`) per task and per
+   temperature 1; α = accepted ÷ (accepted + rejections) (:func:`specdec_core.record.acceptance_rate`) per task and per
    category; acceptance by draft position, P(position i accepted | positions < i accepted).
 
 Writes ``draft_ksweep.jsonl``, ``draft_speed.jsonl``, ``draft_alpha.jsonl``, ``draft_cost.csv`` and
@@ -28,14 +28,16 @@ from typing import Callable
 
 import pandas as pd
 
+from ..models import calibration
+from ..data.prompts import encode, load_prompts, sweep_prompts
 from ..decode import generate
 from ..models import shipped
-from ..models.hub import REPO_ROOT, load_pair
-from ..train.drafts import held_out_prompts
-from . import bench, blas, report, theory
-from .prompts import encode, load_prompts
+from ..models.hub import load_pair
+from ..paths import REFERENCE_DIR
+from ..record import acceptance_rate
+from ..study import bench, blas, report, theory
 
-REF = REPO_ROOT / "data" / "reference"
+REF = REFERENCE_DIR
 
 
 class NoModelDraft(RuntimeError):
@@ -68,7 +70,7 @@ def by_position(accepted_lengths, proposed, kmax: int) -> list[float]:
 
 def pooled(rows: pd.DataFrame, key: str) -> dict:
     """α (MLE) pooled over the steps of every run in each ``key`` group."""
-    return {g: theory.alpha_mle(sum(d.accepted_lengths, []), sum(d.proposed, [])) for g, d in rows.groupby(key)}
+    return {g: acceptance_rate(d.accepted_lengths.sum(), d.proposed.sum()) for g, d in rows.groupby(key)}
 
 
 def timed(pair, drafter, prompts, ks, n, repeats, keep):
@@ -189,7 +191,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         "",
         *card_table(summary),
         "",
-        "- α = accepted ÷ (accepted + rejections), the per-token acceptance rate (`theory.alpha_mle`); speedup = "
+        "- α = accepted ÷ (accepted + rejections), the per-token acceptance rate (`specdec_core.record.acceptance_rate`); speedup = "
         "linear-SD tokens/s ÷ autoregressive tokens/s on the same prompt, interleaved in one run",
         f"- multi_turn categories (α greedy / T=1): {cats}",
         f"- acceptance by draft position, greedy: {', '.join(f'{x:.2f}' for x in a['by_position_greedy'])}; "
@@ -216,7 +218,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         *feature_draft_lines(),
         *calibration_lines(folder),
-        *curve_lines(drafted=drafted_point(folder)),
+        *curve_lines(drafted=shipped.drafted_point(folder)),
         "",
         "From `scripts/eval_draft.py` → `data/reference/draft_*`. Timings depend on the machine and its load; "
         "only ratios measured within one interleaved run are quoted.",
@@ -227,9 +229,8 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
 
 def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
     """The card's section on the stored confidence threshold (none without ``confidence.json``)."""
-    from ..adaptive import calibrate
 
-    rec = calibrate.load(folder)
+    rec = calibration.load(folder)
     if rec is None:
         return []
     t = {r["runner"]: r for r in rec["table"]}
@@ -244,18 +245,11 @@ def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
             "was measured in the same run. Retraining the draft drops the file from `SHA256SUMS`: recalibrate."]
 
 
-CURVE_SETS = {  # draft_curve.py --teacher (the recipe's own names are drafts.TEACHER_SETS)
+CURVE_SETS = {  # draft_curve.py --teacher (the recipe's own names are teacher.TEACHER_SETS)
     "pilot": "the recipe's own answers to `train.jsonl` plus the target's answers to `train_more.jsonl`",
     "wide": "the target's answers to every training prompt file (`train.jsonl`, `train_more.jsonl`, `train_wide.jsonl`) "
             "and to the writing requests whose answers became the passages (`scripts/make_teacher_data.py`)",
 }
-
-
-def drafted_point(folder: Path = shipped.MODEL_DRAFT) -> tuple[int, int]:
-    """Where the draft in ``folder`` sits on the learning curve: (trunk layers, training response tokens), read
-    from its config (recipe and training log)."""
-    cfg = json.loads((Path(folder) / "config.json").read_text())
-    return len(cfg["recipe"]["layers"]), cfg["training"]["train_tokens"]
 
 
 def curve_lines(path: Path = REF / "draft_curve.json", drafted: tuple[int, int] | None = None) -> list[str]:
@@ -300,15 +294,6 @@ def _quiet(line: str) -> None:
 
 
 # -- the stages -----------------------------------------------------------------------------------------
-def sweep_prompts(pair, n: int) -> list[tuple[dict, object]]:
-    """``n`` held-out training prompts, round-robin over tasks, encoded for :func:`bench.run_interleaved`."""
-    by_task = {}
-    for p in held_out_prompts():
-        by_task.setdefault(p.task, []).append(p)
-    order = [ps[i] for i in range(max(map(len, by_task.values()))) for ps in by_task.values() if i < len(ps)]
-    return [(dict(id=p.id, task=p.task), encode(pair, p)) for p in order[:n]]
-
-
 def k_sweep(pair, drafter, prompts, ks, n: int, out: Path, log=_quiet) -> tuple[int, dict]:
     """Stage 1: autoregressive and linear SD at each K, interleaved; writes ``draft_ksweep.jsonl``. Returns
     (best K, {K: median paired speedup})."""
@@ -380,8 +365,8 @@ def acceptance(pair, drafter, encoded, lin: pd.DataFrame, k: int, n: int, log=_q
     g, s1 = acc[acc.temperature == 0.0], acc[acc.temperature == 1.0]
     alpha = dict(greedy=pooled(g, "task"), t1=pooled(s1, "task"),
                  greedy_by_category=pooled(g, "category"), t1_by_category=pooled(s1, "category"),
-                 greedy_all=theory.alpha_mle(sum(g.accepted_lengths, []), sum(g.proposed, [])),
-                 t1_all=theory.alpha_mle(sum(s1.accepted_lengths, []), sum(s1.proposed, [])),
+                 greedy_all=acceptance_rate(g.accepted_lengths.sum(), g.proposed.sum()),
+                 t1_all=acceptance_rate(s1.accepted_lengths.sum(), s1.proposed.sum()),
                  by_position_greedy=by_position(sum(g.accepted_lengths, []), sum(g.proposed, []), k),
                  by_position_t1=by_position(sum(s1.accepted_lengths, []), sum(s1.proposed, []), k))
     log(f"α greedy: { {t: round(v, 3) for t, v in alpha['greedy'].items()} } all {round(alpha['greedy_all'], 3)}")

@@ -1,7 +1,7 @@
 """Evaluation prompts: the project's own Spec-Bench-shaped mix, or Spec-Bench's ``question.jsonl``.
 
     from specdec_core import load_prompts
-    from specdec_core.study.prompts import encode
+    from specdec_core.data.prompts import encode
     prompts = load_prompts(tasks=["qa", "rag"], per_task=5)
     ids = encode(pair, prompts[0])                 # LongTensor [S], chat template applied
 
@@ -21,14 +21,18 @@ turn's character count (:func:`length_of`). The file kind is detected per line b
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..models.hub import REPO_ROOT
+from ..models.hub import Pair
+from ..paths import PROMPTS_DIR
 
-DEFAULT_PATH = REPO_ROOT / "data" / "prompts" / "eval.jsonl"
+DEFAULT_PATH = PROMPTS_DIR / "eval.jsonl"
+TRAIN_PATH = PROMPTS_DIR / "train.jsonl"  # the training prompts (disjoint from the eval mix; :mod:`specdec_core.train.prompts`)
+VAL_FRAC = 0.05  # the share of training prompts held out: where hyperparameters, K and θ are chosen
 
 TASKS = ("multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag")
 MT_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -146,8 +150,6 @@ def encode(pair_or_tokenizer, prompt: Prompt | str) -> torch.Tensor:
     ``pair_or_tokenizer``: a :class:`~specdec_core.models.Pair` (uses ``Pair.encode_chat``) or a
     Hugging Face tokenizer with a chat template.
     """
-    from ..models import Pair
-
     text = prompt.turns[0] if isinstance(prompt, Prompt) else prompt
     if isinstance(pair_or_tokenizer, Pair):
         if pair_or_tokenizer.tokenizer is None:
@@ -158,3 +160,24 @@ def encode(pair_or_tokenizer, prompt: Prompt | str) -> torch.Tensor:
                                   return_tensors="pt")
     ids = ids[0] if ids.dim() == 2 else ids
     return ids.long()
+
+
+# -- the held-out training prompts: where settings are chosen before the eval mix is read ---------------
+def is_val(prompt_id: str, frac: float = VAL_FRAC) -> bool:
+    """Deterministic held-out split by a hash of the prompt id."""
+    return zlib.crc32(prompt_id.encode()) % 10_000 < frac * 10_000
+
+
+def held_out_prompts(frac: float = VAL_FRAC) -> list[Prompt]:
+    """The training prompts the draft recipe holds out (``val_frac``): where hyperparameters, K and θ are chosen."""
+    return [p for p in load_prompts(TRAIN_PATH) if is_val(p.id, frac)]
+
+
+def sweep_prompts(pair, n: int) -> list[tuple[dict, torch.Tensor]]:
+    """``n`` held-out training prompts, round-robin over tasks, encoded as ``(meta, ids)`` pairs for
+    :func:`specdec_core.study.bench.run_interleaved`."""
+    by_task = {}
+    for p in held_out_prompts():
+        by_task.setdefault(p.task, []).append(p)
+    order = [ps[i] for i in range(max(map(len, by_task.values()))) for ps in by_task.values() if i < len(ps)]
+    return [(dict(id=p.id, task=p.task), encode(pair, p)) for p in order[:n]]
