@@ -29,7 +29,15 @@ def eos_ids(model) -> set[int]:
 
 
 def _prompt_tensor(input_ids, vocab_size: int) -> torch.Tensor:
-    ids = torch.as_tensor(input_ids, dtype=torch.long).cpu()
+    try:
+        raw = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"input_ids must be a list or tensor of integer token ids: {e}") from None
+    if raw.numel() and (raw.dtype == torch.bool or raw.is_floating_point() or raw.is_complex()):  # [] is float
+        bad = raw.flatten()[0].item()
+        raise ValueError(f"input_ids must be integer token ids, got {raw.dtype} values (e.g. {bad!r}); "
+                         "a float is refused rather than truncated to an id")
+    ids = raw.to(torch.long).cpu()
     if ids.dim() == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.dim() != 1:

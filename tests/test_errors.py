@@ -44,7 +44,7 @@ def test_prompt_longer_than_cache(toy):
 
 
 def test_unknown_model_name():
-    with pytest.raises(ValueError, match="unknown model 'smollm-9000'"):
+    with pytest.raises(ValueError, match="unknown model 'smollm-9000': not an embedded target"):
         sd.load_pair("smollm-9000")
 
 
@@ -123,3 +123,72 @@ def test_concurrent_first_loads_convert_once(tmp_path):
     assert got == [str(tmp_path / "smollm2-135m")] * 2
     assert (tmp_path / "calls.log").read_text().splitlines() == ["smollm2-135m"]
     models.verify_cache(tmp_path / "smollm2-135m")
+
+
+# -- a pair of one's own: each wrong input stops at load_pair with one error naming it, within seconds -------
+def _tiny_llama(folder, vocab_size: int, layers: int = 1):
+    """A random-weight Llama saved with save_pretrained (no tokenizer: load_pair then leaves it None)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    return folder
+
+
+def test_a_missing_folder_is_named(tmp_path):
+    with pytest.raises(ValueError, match="no model folder '/no/such/folder': it does not exist"):
+        sd.load_pair("/no/such/folder")
+    _tiny_llama(tmp_path / "target", 32)
+    with pytest.raises(ValueError, match="no draft folder './no-draft-here/x/y'"):
+        sd.load_pair(str(tmp_path / "target"), draft="./no-draft-here/x/y")
+
+
+def test_a_folder_without_a_model_is_named(tmp_path):
+    with pytest.raises(ValueError, match="holds no config.json"):
+        sd.load_pair(str(tmp_path))
+
+
+def test_draft_of_another_vocabulary_names_both_sizes(tmp_path):
+    target, draft = _tiny_llama(tmp_path / "target", 48), _tiny_llama(tmp_path / "draft", 40)
+    with pytest.raises(ValueError, match="draft vocabulary has 40 entries, target has 48"):
+        sd.load_pair(str(target), draft=str(draft))
+    pair = sd.load_pair(str(target), draft=str(_tiny_llama(tmp_path / "same", 48)))  # the same sizes load
+    assert set(pair.drafters) >= {"model", "ngram", "hybrid"}
+
+
+@pytest.mark.parametrize("env, why", [
+    ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "no connection to 127.0.0.1:9"),  # the discard port: refused at once
+])
+def test_a_hub_id_without_a_hub_fails_fast(monkeypatch, env, why):
+    import time
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=f"nor in the Hugging Face cache, and the hub cannot be reached: {why}"):
+        sd.load_pair("specdec-tests/no-such-model")
+    assert time.perf_counter() - t < 10, "a hub that cannot be reached must be reported in seconds, not retried"
+
+
+@pytest.mark.parametrize("device, match", [("gpu", "unknown device 'gpu'"), ("cuda:x", "unknown device"),
+                                           (3.5, "unknown device")])
+def test_unknown_device(device, match):
+    with pytest.raises(ValueError, match=match):
+        models.resolve_device(device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_cuda_device():
+    with pytest.raises(ValueError, match="no CUDA device"):
+        models.resolve_device("cuda")
+
+
+@pytest.mark.parametrize("ids", [[1.5, 2], [1.0, 2.0], torch.tensor([[1.5, 2.0]]), [True, False]])
+def test_non_integer_ids_are_refused_not_truncated(toy, ids):
+    with pytest.raises(ValueError, match="integer token ids"):
+        sd.generate(toy.target, ids)
+    with pytest.raises(ValueError, match="integer token ids"):
+        sd.generate_batch(toy.target, [ids, [1, 2]])

