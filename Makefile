@@ -15,7 +15,7 @@ LAB_SETTINGS := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {
   "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
 export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
-export HF_HUB_OFFLINE := 1
+export HF_HUB_OFFLINE ?= 1  # a hub id as TARGET/DRAFT: HF_HUB_OFFLINE=0 make reproduce TARGET=owner/name
 
 .PHONY: venv test test-fast reproduce book models bench gpu-reference lab clean
 
@@ -63,9 +63,14 @@ models: venv
 	done
 
 ## make reproduce: the whole book with full parameters (PARAMS=ci for the small run), then the executed
-## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/tools/render.py) at build/book/index.html
+## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/tools/render.py) at build/book/index.html.
+## A pair of one's own: TARGET=<embedded name, hub id or folder> DRAFT=<hub id, folder or none>
+## DEVICE=cpu|cuda|auto DTYPE=float32|bfloat16|float16 (or PAIR=<file.yaml> with those keys in lower case);
+## the run then goes to build/book-<target>+<draft>-<device>-<dtype>/ (scripts/run_book.py)
+PAIR_ARGS = $(strip $(if $(TARGET),--target $(TARGET)) $(if $(DRAFT),--draft $(DRAFT)) \
+  $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(PAIR),--pair $(PAIR)))
 reproduce: venv models
-	$(PY) scripts/run_book.py --params $(PARAMS) --out $(BUILD)/book --html
+	$(PY) scripts/run_book.py --params $(PARAMS) $(if $(PAIR_ARGS),$(PAIR_ARGS),--out $(BUILD)/book) --html
 
 bench: venv
 	$(PY) scripts/bench_autoregressive.py

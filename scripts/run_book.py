@@ -12,6 +12,12 @@ reference run's), each kernel on cores/N torch threads. Chapters time themselves
 cores time each other's load: that is for a check that the book runs (CI), never for numbers a reader is shown,
 so ``--html`` and ``--params full`` refuse it. Chapters named by ``--alone`` (those whose asserts are about the
 machine's own speed, like chapter 1's roofline) run after the others, one at a time on every core.
+
+A pair of one's own (``make reproduce TARGET=… DRAFT=… DEVICE=… DTYPE=…``, or ``PAIR=<file.yaml>`` holding the
+same keys in lower case): ``--target``, ``--draft``, ``--device``, ``--dtype`` and ``--pair`` reach every chapter
+whose parameters cell has the matching name (``model``, ``draft``, ``device``, ``dtype``); without ``--out`` the
+run's folder is named after the pair and device (``build/book-<target>+<draft>-<device>-<dtype>``), so runs of
+different pairs never overwrite each other.
 """
 from __future__ import annotations
 
@@ -75,6 +81,65 @@ def longest_first(srcs: list[Path], out: Path, reference: Path = REFERENCE_TIMIN
     return sorted(srcs, key=lambda p: -seconds.get(p.stem, -1.0))
 
 
+PAIR_KEYS = {"target": "model", "draft": "draft", "device": "device", "dtype": "dtype"}  # setting -> parameter
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+DEVICES = ("cpu", "cuda", "auto", "mps")
+
+
+def pair_settings(pair_file: str | None, **given) -> dict[str, str]:
+    """The pair a run is pointed at: ``pair_file``'s keys (target, draft, device, dtype), then the flags given
+    (non-empty ones win). Unknown keys, devices and dtypes are refused by name, before any chapter runs."""
+    settings: dict[str, str] = {}
+    if pair_file:
+        path = Path(pair_file)
+        if not path.is_file():
+            raise ValueError(f"pair file {pair_file} does not exist")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict) or set(loaded) - set(PAIR_KEYS):
+            raise ValueError(f"pair file {pair_file}: keys must be among {sorted(PAIR_KEYS)}, got "
+                             f"{sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__}")
+        settings.update({k: str(v) for k, v in loaded.items() if v is not None})
+    settings.update({k: str(v) for k, v in given.items() if v})
+    if settings.get("dtype", "float32") not in DTYPES:
+        raise ValueError(f"dtype {settings['dtype']!r}: use one of {DTYPES}")
+    if settings.get("device", "cpu").split(":")[0] not in DEVICES:
+        raise ValueError(f"device {settings['device']!r}: use one of {DEVICES} (or cuda:N)")
+    return settings
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._" else "-" for c in text.rstrip("/").split("/")[-1].lower())
+
+
+def pair_folder(settings: dict[str, str]) -> str:
+    """The run folder for a pair: ``build/book`` for the book's own pair, else named after the pair and device."""
+    if not settings:
+        return "build/book"
+    target, draft = settings.get("target", "smollm2-135m"), settings.get("draft", "none")
+    return (f"build/book-{_slug(target)}+{_slug(draft)}-{_slug(settings.get('device', 'cpu'))}-"
+            f"{settings.get('dtype', 'float32')}")
+
+
+def chapter_parameters(src: Path) -> set[str]:
+    """The names a chapter's parameters cell defines (what papermill can inject without a warning)."""
+    import jupytext
+    from papermill.translators import PythonTranslator
+
+    cell = next((c for c in jupytext.read(src).cells if "parameters" in c.metadata.get("tags", [])), None)
+    return set() if cell is None else {p.name for p in PythonTranslator.inspect(cell)}
+
+
+def pair_parameters(settings: dict[str, str], names: set[str]) -> dict:
+    """A chapter's share of the pair settings: each one whose parameter the chapter has (``draft: none``: no
+    model draft beyond the target's own defaults, ``None``)."""
+    out = {}
+    for key, value in settings.items():
+        name = PAIR_KEYS[key]
+        if name in names:
+            out[name] = None if key == "draft" and value.lower() == "none" else value
+    return out
+
+
 def run_one(src: Path, out: Path, params: dict, params_name: str) -> Result:
     """Execute one notebook into ``out/notebooks``."""
     import jupytext
@@ -112,11 +177,17 @@ def main() -> int:
     os.environ["SPECDEC_PROGRESS"] = "0"  # the kernels inherit it: no progress bars in the saved outputs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="full", help="book/params/<name>.yaml (full or ci)")
-    ap.add_argument("--out", default="build/book", help="folder for executed notebooks, figures, tables")
+    ap.add_argument("--out", help="folder for executed notebooks, figures, tables (default: build/book, or a folder "
+                                  "named after the pair when one is given)")
     ap.add_argument("--only", nargs="*", help="run only notebooks whose name starts with these prefixes")
     ap.add_argument("--html", action="store_true", help="render the executed notebooks as a book, <out>/index.html")
     ap.add_argument("--jobs", type=int, default=1,
                     help="notebooks run at a time (default 1); more only to check that the book runs, see above")
+    ap.add_argument("--target", help="the target: an embedded name, a Hugging Face id or a folder (default: the book's)")
+    ap.add_argument("--draft", help="a draft model's Hugging Face id or folder, or 'none' (default: the book's drafts)")
+    ap.add_argument("--device", help=f"one of {DEVICES} or cuda:N (default: each chapter's, cpu)")
+    ap.add_argument("--dtype", help=f"one of {DTYPES} (default: each chapter's, float32)")
+    ap.add_argument("--pair", help="a YAML file with keys target, draft, device, dtype (flags given win)")
     ap.add_argument("--alone", nargs="*", default=[],
                     help="with --jobs: notebooks (name prefixes) that run after the others, one at a time, on every core")
     args = ap.parse_args()
@@ -126,15 +197,22 @@ def main() -> int:
         ap.error(f"--jobs {args.jobs} shares the cores between chapters that time themselves: their numbers would "
                  "be each other's load; the full book and the rendered book run one chapter at a time")
 
+    try:
+        pair = pair_settings(args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    except ValueError as e:
+        ap.error(str(e))
     params_file = BOOK / "params" / f"{args.params}.yaml"
     all_params = yaml.safe_load(params_file.read_text()) or {}
-    out = (ROOT / args.out).resolve()
+    out = (ROOT / (args.out or pair_folder(pair))).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     srcs = notebooks(args.only)
     if args.jobs > 1:
         srcs = longest_first(srcs, out)
-    jobs = [(src, out, dict(all_params.get(src.stem) or {}, out_dir=str(out / src.stem)), params_file.name)
-            for src in srcs]
+    if pair:
+        print(f"[book] pair: {', '.join(f'{k} {v}' for k, v in pair.items())} -> {out}", flush=True)
+    jobs = [(src, out, dict(all_params.get(src.stem) or {}, **(pair_parameters(pair, chapter_parameters(src))
+                                                              if pair else {}), out_dir=str(out / src.stem)),
+             params_file.name) for src in srcs]
     t_all, results = time.perf_counter(), []
 
     def report(r: Result):

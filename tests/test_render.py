@@ -41,7 +41,8 @@ def png(width=4, height=3, rgb=(200, 30, 30)) -> bytes:
 def executed_notebook(title: str, later: str, run_dir: Path, stem: str, error: bool = False):
     """A notebook as papermill leaves it: title cell, parameters, injected parameters, a figure output."""
     v4 = nbformat.v4
-    params = v4.new_code_cell('k = 4            # draft length\ndevice = "cpu"\nout_dir = "../build/x"')
+    params = v4.new_code_cell('k = 4            # draft length\nmodel = "smollm2-135m"\ndraft = None\n'
+                              'device = "cpu"\nout_dir = "../build/x"')
     params.metadata["tags"] = ["parameters"]
     injected = v4.new_code_cell(f'# Parameters\nk = 2\nout_dir = "{run_dir / stem}"\n')
     injected.metadata["tags"] = ["injected-parameters"]
@@ -132,6 +133,10 @@ def test_front_page_titled_toc_headline_and_machine(book):
     assert "2.05× (2.02–2.08)" in text and "0.75" in text and "2.00" in text
     assert "predicted 0.838×" in text.replace("*", "")
     assert "test CPU" in text and "book/params/ci.yaml" in text
+    # the pair and device the chapters ran with, from their parameters
+    for cell in ("target (the chapters", "smollm2-135m", "the shipped drafts",  # (Sphinx curls the ')
+                 "device (the chapters"):
+        assert cell in text, cell
     assert any(src.endswith("speedup_by_task.png") for src in page.images)
 
 

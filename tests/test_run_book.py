@@ -1,10 +1,12 @@
-"""``scripts/run_book.py``: the order of a parallel run, and the runs it refuses."""
+"""``scripts/run_book.py``: the order of a parallel run, the runs it refuses, and a pair of one's own."""
 from __future__ import annotations
 
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from specdec_core.paths import REPO_ROOT
 
@@ -35,3 +37,34 @@ def test_a_parallel_run_of_numbers_a_reader_sees_is_refused():
         assert proc.returncode == 2 and "shares the cores between chapters that time themselves" in proc.stderr, args
     proc = subprocess.run([sys.executable, str(SCRIPT), "--jobs", "0"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--jobs must be at least 1, got 0" in proc.stderr
+
+
+def test_a_pair_reaches_the_chapters_that_take_it_and_names_the_run_folder(tmp_path):
+    rb = _module()
+    assert rb.pair_folder({}) == "build/book"  # the book's own pair: the default folder, unchanged
+    pair = tmp_path / "pair.yaml"
+    pair.write_text("target: /models/My-Target\ndraft: org/tiny-draft\ndevice: cpu\n")
+    s = rb.pair_settings(str(pair), dtype="bfloat16", device=None)  # flags given win; None flags are ignored
+    assert s == {"target": "/models/My-Target", "draft": "org/tiny-draft", "device": "cpu", "dtype": "bfloat16"}
+    assert rb.pair_folder(s) == "build/book-my-target+tiny-draft-cpu-bfloat16"
+    assert rb.pair_parameters(s, {"model", "draft", "device", "out_dir"}) == dict(
+        model="/models/My-Target", draft="org/tiny-draft", device="cpu")  # no dtype parameter: not injected
+    assert rb.pair_parameters({"draft": "none"}, {"draft"}) == {"draft": None}
+    names = rb.chapter_parameters(REPO_ROOT / "book" / "03_linear.py")
+    assert {"model", "draft", "device"} <= names
+
+
+def test_a_bad_pair_setting_is_refused_before_any_chapter_runs(tmp_path):
+    rb = _module()
+    for kw, match in [(dict(dtype="float8"), "dtype 'float8'"), (dict(device="tpu"), "device 'tpu'")]:
+        with pytest.raises(ValueError, match=match):
+            rb.pair_settings(None, **kw)
+    bad = tmp_path / "pair.yaml"
+    bad.write_text("target: x\nmodel: y\n")
+    with pytest.raises(ValueError, match="keys must be among"):
+        rb.pair_settings(str(bad))
+    with pytest.raises(ValueError, match="does not exist"):
+        rb.pair_settings(str(tmp_path / "missing.yaml"))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dtype", "float8", "--only", "00"], capture_output=True,
+                          text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 2 and "dtype 'float8'" in proc.stderr

@@ -296,6 +296,19 @@ def stage_notebook(ch: Chapter, params_name: str | None) -> nbformat.NotebookNod
     return nb
 
 
+def pair_rows(chapters: list[Chapter]) -> dict[str, str]:
+    """The pair and device the chapters ran with, from their own parameters (injected or default): target, draft,
+    dtype, device; several values where chapters differ (chapter 2 decodes a toy pair of its own)."""
+    names = {"model": "target", "draft": "draft", "dtype": "dtype", "device": "device"}
+    rows = {}
+    for name, label in names.items():
+        values = sorted({v.strip("'\"") for c in chapters for n, v, _ in c.params if n == name})
+        if values:
+            shown = ["the shipped drafts" if name == "draft" and v == "None" else v for v in values]
+            rows[f"{label} (the chapters' parameter)"] = ", ".join(shown)
+    return rows
+
+
 def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, src: Path,
                info: dict[str, str]) -> str:
     """index.md: what the book is, chapter 6's headline (table, figure, theory check), the chapters (title,
@@ -331,9 +344,7 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
             f"finished {when} (UTC), into `{_relative(run_dir)}/` (executed notebooks in `notebooks/`, each "
             "chapter's figures and tables in a folder of its name), on this machine:", "",
             "| machine | |", "|---|---|"]
-    devices = sorted({v.strip("'\"") for c in chapters for n, v, _ in c.params if n == "device"})
-    if devices:
-        info = {**info, "device (the chapters' parameter)": ", ".join(devices)}
+    info = {**pair_rows(chapters), **info}
     out += [f"| {k} | {_md_escape(v)} |" for k, v in info.items()]
     out += ["", "```{toctree}", ":hidden:", ":maxdepth: 1", "", *[c.stem for c in chapters], "```", ""]
     return "\n".join(out)
