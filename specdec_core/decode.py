@@ -11,6 +11,7 @@ import torch
 
 from typing import Iterator
 
+from .graphs import step_mode
 from .loop import Autoregressive, Linear, Run, TreeSearch, steps
 from .record import Result, Stats
 from .sampling import SamplingParams, make_generator
@@ -110,7 +111,7 @@ def check_arguments(target, prompts: list, drafter, method: str, k, max_new_toke
 def generate(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              seed: int = 0, cache_len: int | None = None, tree=None, rule=None, streamer=None,
-             confidence: float | None = None) -> Result:
+             confidence: float | None = None, graphs="auto") -> Result:
     """Decode ``max_new_tokens`` after ``input_ids`` (``[S]`` ids, already chat-templated).
 
     method: ``"autoregressive"``, ``"linear"``, ``"tree"`` or ``"parallel"``; ``k`` is the draft length /
@@ -124,11 +125,15 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
     before the first position after the first whose draft law's largest probability is below θ. Trees: a node
     whose score (the draft's probability of reaching it) is below θ gets no children. ``"auto"``: the drafter's
     θ for this method, calibrated on training prompts (``drafter.calibrated``).
+    ``graphs``: on a CUDA device, ``"auto"`` and True capture the target's and the draft's steps in CUDA graphs,
+    one per step shape (static shapes over the preallocated cache, :mod:`specdec_core.graphs`; the prefill runs
+    eager), False runs every pass eager. On another device, ``"auto"`` and False run eager and True runs the
+    static-shape steps uncaptured (what a capture records; same tokens and record).
     Returns a :class:`Result` (``.tokens`` new tokens only, ``.stats`` a :class:`~specdec_core.record.Stats`).
     """
     run = _prepare(target, input_ids, drafter=drafter, method=method, k=k, max_new_tokens=max_new_tokens,
                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, cache_len=cache_len, tree=tree,
-                   rule=rule, confidence=confidence)
+                   rule=rule, confidence=confidence, graphs=graphs)
     tokens = []
     if streamer is not None:
         streamer.put(run.prompt.view(1, -1))
@@ -143,13 +148,13 @@ def generate(target, input_ids, drafter=None, method: str = "autoregressive", k:
 
 def stream(target, input_ids, drafter=None, method: str = "autoregressive", k: int = 4, max_new_tokens: int = 64,
            temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, cache_len: int | None = None,
-           tree=None, rule=None, confidence: float | None = None) -> Iterator[list[int]]:
+           tree=None, rule=None, confidence: float | None = None, graphs="auto") -> Iterator[list[int]]:
     """:func:`generate`'s arguments; yields the tokens each step commits, as it commits them (the first list is
     the prefill's one token). The lists joined are ``generate(...).tokens``. Arguments are checked at the call,
     before the first step."""
     run = _prepare(target, input_ids, drafter=drafter, method=method, k=k, max_new_tokens=max_new_tokens,
                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, cache_len=cache_len, tree=tree,
-                   rule=rule, confidence=confidence)
+                   rule=rule, confidence=confidence, graphs=graphs)
     return steps(run)
 
 
@@ -172,18 +177,20 @@ def _cache_capacity(target, prompt: torch.Tensor, method: str, k: int, max_new_t
 
 
 def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature, top_k, top_p, seed, cache_len,
-             tree, rule, confidence) -> Run:
+             tree, rule, confidence, graphs) -> Run:
     """Check the arguments; return the :class:`~specdec_core.loop.Run` that :func:`~specdec_core.loop.steps` decodes."""
     params, [prompt], theta = check_arguments(target, [input_ids], drafter, method, k, max_new_tokens,
                                               temperature, top_k, top_p, confidence)
+    device = next(target.parameters()).device
+    mode = step_mode(graphs, device)
     capacity = _cache_capacity(target, prompt, method, k, max_new_tokens, cache_len, tree)
-    generator = make_generator(next(target.parameters()).device, seed)
+    generator = make_generator(device, seed)
     rule_kw = {} if rule is None else {"rule": rule}  # else each method's default rule
     if method == "autoregressive":
-        phases = Autoregressive(params, generator)
+        phases = Autoregressive(params, generator, steps=mode)
     elif method == "tree":
         shape = resolve_shape(tree, k)
-        phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, **rule_kw)
+        phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, steps=mode, **rule_kw)
     else:
-        phases = Linear(params, generator, drafter, k, name=method, confidence=theta, **rule_kw)
-    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method))
+        phases = Linear(params, generator, drafter, k, name=method, confidence=theta, steps=mode, **rule_kw)
+    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method), steps=mode)

@@ -10,6 +10,8 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
   after the first whose law's largest probability is below θ (:func:`~specdec_core.sampling.confidence`).
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
+- ``use_steps(mode)``: how the drafter's own passes after its prefill run from the next ``reset`` (``"eager"``,
+  ``"static"`` or ``"graph"``, :mod:`specdec_core.graphs`); the loop calls it before each decode.
 
 Trees (:class:`specdec_core.loop.TreeSearch`) use two more methods; the defaults propose the drafter's chain as a
 one-branch tree, so every drafter works with ``method="tree"``:
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .lm import CachedLM
+from .lm import CachedLM, sized
 from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits, sample
 from .sampling import confidence as conf_of
 from .tree import Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
@@ -47,6 +49,7 @@ class Drafter:
     name = "drafter"
     vocab_size: int | None = None
     calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.models.calibration)
+    steps = "eager"  # how the drafter's own passes run (use_steps)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""
@@ -54,6 +57,14 @@ class Drafter:
         if self.vocab_size is not None and self.vocab_size != vt:
             raise ValueError(f"tokenizer mismatch: {self.name} drafter has a vocabulary of {self.vocab_size}, "
                              f"target has {vt}")
+
+    def use_steps(self, mode: str) -> None:
+        """Run the drafter's passes in ``mode`` from the next :meth:`reset`; the drafters it holds (a hybrid's
+        model and n-gram drafters, a wrapped drafter) get the same mode."""
+        self.steps = mode
+        for inner in vars(self).values():
+            if isinstance(inner, Drafter):
+                inner.use_steps(mode)
 
     def reset(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -92,8 +103,8 @@ class ModelDrafter(Drafter):
         self._node_slots: dict[int, int] = {}  # the last tree: node id → the cache slot its entry was written to
 
     def reset(self, prompt, capacity):
-        if self.lm is None or self.lm.cache.capacity < capacity:
-            self.lm = CachedLM(self.model, capacity)
+        if self.lm is None or not self.lm.serves(self.model, capacity, self.steps):
+            self.lm = CachedLM(self.model, sized(capacity, self.steps), self.steps)
         self.lm.cache.reset()
 
     def propose(self, context, k, params, generator, confidence=None):
@@ -266,8 +277,8 @@ class BlockDrafter(Drafter):
 
     def reset(self, prompt, capacity):
         need = capacity + self.max_block  # masks are written past the committed tokens (never committed)
-        if self.lm is None or self.lm.cache.capacity < need:
-            self.lm = CachedLM(self.model, need)
+        if self.lm is None or not self.lm.serves(self.model, need, self.steps):
+            self.lm = CachedLM(self.model, sized(need, self.steps), self.steps)
         self.lm.cache.reset()
 
     def _block_pass(self, context: list[int], k: int) -> torch.Tensor:

@@ -18,6 +18,9 @@ Contract (positions are absolute token positions in the sequence):
   (one ``index_select`` + ``copy_`` per layer) and sets ``length = start + len(keep)``; trees use
   it to keep only the accepted path; :meth:`keep` picks the pointer move when the entries are already in place.
 - :meth:`reset` empties the cache for a new sequence. Nothing outside this module sets ``length``.
+- a *static-shape* pass (:mod:`specdec_core.graphs`) sets :attr:`slots` (a device tensor ``[T]``) for its duration:
+  the T entries are written at those slots and attention gets the whole slab ``[0, capacity)``, masked by the pass;
+  the contract above is unchanged (the slots are ``[length, length + T)``; ``advance`` still commits them).
 """
 from __future__ import annotations
 
@@ -48,6 +51,11 @@ class _SlabLayer(CacheLayerMixin):
         pass
 
     def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
+        slots = self.owner.slots
+        if slots is not None:  # a static-shape pass: fixed shapes and addresses, whatever the length
+            self.keys.index_copy_(2, slots, key_states)
+            self.values.index_copy_(2, slots, value_states)
+            return self.keys, self.values
         start = self.owner.length
         end = start + key_states.shape[-2]
         if end > self.owner.capacity:
@@ -81,6 +89,7 @@ class KVCache(Cache):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.capacity = int(capacity)
         self.length = 0
+        self.slots: torch.Tensor | None = None  # set by a static-shape pass while it runs
         shape = (1, n_kv, self.capacity, head_dim)
         new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         super().__init__(layers=[_SlabLayer(self, new(), new()) for _ in range(config.num_hidden_layers)])

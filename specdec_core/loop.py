@@ -24,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from .lm import CachedLM
+from .lm import CachedLM, borrowed
 from .record import Clock, Stats
 from .sampling import SamplingParams, choose, process_logits
 from .verify import (chain_tests, greedy_accept, greedy_tree_accept, speculative_sample, tree_speculative_sample,
@@ -47,13 +47,15 @@ class Verdict:
 
 
 class Method:
-    """A decoding method: its four phases. ``params`` and ``generator`` are the run's."""
+    """A decoding method: its four phases. ``params`` and ``generator`` are the run's; ``steps``, how the drafter's
+    passes run (:mod:`specdec_core.graphs`; the run's mode)."""
 
     name = "method"
 
-    def __init__(self, params: SamplingParams, generator: torch.Generator):
+    def __init__(self, params: SamplingParams, generator: torch.Generator, steps: str = "eager"):
         self.params = params
         self.generator = generator
+        self.steps = steps
 
     def start(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -89,8 +91,8 @@ class Linear(Method):
     With a :class:`~specdec_core.drafters.BlockDrafter` the chain comes from one draft pass ("parallel")."""
 
     def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear",
-                 confidence: float | None = None):
-        super().__init__(params, generator)
+                 confidence: float | None = None, steps: str = "eager"):
+        super().__init__(params, generator, steps)
         self.drafter = drafter
         self.k = k  # the most tokens a step drafts
         self.rule = rule  # the accept rule when sampling
@@ -98,6 +100,7 @@ class Linear(Method):
         self.confidence = confidence
 
     def start(self, prompt, capacity):
+        self.drafter.use_steps(self.steps)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):  # with a confidence, the draft stops itself: k is then the most it drafts
@@ -132,8 +135,9 @@ class TreeSearch(Method):
 
     name = "tree"
 
-    def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample, confidence=None):
-        super().__init__(params, generator)
+    def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample, confidence=None,
+                 steps: str = "eager"):
+        super().__init__(params, generator, steps)
         self.drafter = drafter
         self.k = k  # the deepest a step's tree grows
         self.shape = shape
@@ -141,6 +145,7 @@ class TreeSearch(Method):
         self.confidence = confidence
 
     def start(self, prompt, capacity):
+        self.drafter.use_steps(self.steps)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):
@@ -193,6 +198,7 @@ class Run:
     eos: set[int]  # token ids that end the answer
     capacity: int  # positions of the target's KV cache
     stats: Stats  # the run record, filled as the steps go
+    steps: str = "eager"  # how the target's passes after the prefill run (specdec_core.graphs)
 
 
 def steps(run: Run) -> Iterator[list[int]]:
@@ -201,33 +207,33 @@ def steps(run: Run) -> Iterator[list[int]]:
     ``token_times`` include any time the consumer spends between steps)."""
     method = run.method
     stats = run.stats
-    lm = CachedLM(run.target, run.capacity)
-    clock = Clock(stats, lm.device)
-    method.start(run.prompt, run.capacity)
-    with clock.phase("prefill"):
-        tok, _ = choose(lm.forward(run.prompt, last_only=True)[-1], method.params, method.generator)
-    stats.target_passes = 1
-    stats.new_tokens = 1
-    clock.mark_tokens(1)
-    yield [tok]
-    seq = run.prompt.tolist() + [tok]
-    done = tok in run.eos or run.max_new_tokens <= 1
-    t_decode = clock.now()
-    while not done:
-        room = run.max_new_tokens - stats.new_tokens  # tokens this step may still add
-        with clock.phase("draft"):
-            draft = method.draft(seq, room)
-        with clock.phase("verify"):
-            logits = method.verify(lm, seq, draft)
-        with clock.phase("accept"):
-            verdict = method.accept(draft, logits)
-        with clock.phase("commit"):
-            method.commit(lm, draft, verdict)
-            new, done = cut(verdict.tokens, room, run.eos)
-            seq += new
-        draft_passes = 0 if draft is None else draft.passes  # autoregressive steps draft nothing
-        stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.tv_alpha, draft_passes)
-        stats.new_tokens += len(new)
-        clock.mark_tokens(len(new))
-        stats.decode_s = clock.now() - t_decode
-        yield new
+    with borrowed(run.target, run.capacity, run.steps) as lm:  # eager: a new CachedLM; else one kept with its steps
+        clock = Clock(stats, lm.device)
+        method.start(run.prompt, run.capacity)
+        with clock.phase("prefill"):
+            tok, _ = choose(lm.forward(run.prompt, last_only=True)[-1], method.params, method.generator)
+        stats.target_passes = 1
+        stats.new_tokens = 1
+        clock.mark_tokens(1)
+        yield [tok]
+        seq = run.prompt.tolist() + [tok]
+        done = tok in run.eos or run.max_new_tokens <= 1
+        t_decode = clock.now()
+        while not done:
+            room = run.max_new_tokens - stats.new_tokens  # tokens this step may still add
+            with clock.phase("draft"):
+                draft = method.draft(seq, room)
+            with clock.phase("verify"):
+                logits = method.verify(lm, seq, draft)
+            with clock.phase("accept"):
+                verdict = method.accept(draft, logits)
+            with clock.phase("commit"):
+                method.commit(lm, draft, verdict)
+                new, done = cut(verdict.tokens, room, run.eos)
+                seq += new
+            draft_passes = 0 if draft is None else draft.passes  # autoregressive steps draft nothing
+            stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.tv_alpha, draft_passes)
+            stats.new_tokens += len(new)
+            clock.mark_tokens(len(new))
+            stats.decode_s = clock.now() - t_decode
+            yield new

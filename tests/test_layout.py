@@ -16,9 +16,11 @@ from specdec_core import loop
 from specdec_core.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "specdec_core"
-CORE_MODULES = ("sampling", "kvcache", "record", "lm", "tree", "verify", "drafters", "loop", "decode")
+CORE_MODULES = ("sampling", "kvcache", "record", "graphs", "lm", "tree", "verify", "drafters", "loop", "decode")
 CORE = [PACKAGE / f"{m}.py" for m in CORE_MODULES]
-CORE_MAX_LINES = 1800  # 1,600 was met by packing lines; unpacked (one assignment a line) the core needs more
+# 1,600 was met by packing lines; unpacked (one assignment a line) the core needs 1,800; + the CUDA-graph step path
+# (graphs.py, CachedLM's static step, the pool of captured steps): 2,000
+CORE_MAX_LINES = 2000
 PHASE_MAX_LINES = 40
 PHASES = ("start", "draft", "verify", "accept", "commit")
 
