@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decode import check_arguments, eos_ids
+from ..graphs import step_mode
 from ..loop import Autoregressive, Linear, Verdict, cut
 from ..record import Result, Stats, Timer
 from ..sampling import choose, make_generator
@@ -54,14 +55,16 @@ def _row_seeds(seed, n_rows: int) -> list[int]:
 
 def generate_batch(target, prompts, drafter=None, method: str = "autoregressive", k: int = 4,
                    max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                   seed=0, rule=None, commit=None) -> BatchResult:
+                   seed=0, rule=None, commit=None, graphs="auto") -> BatchResult:
     """Decode every prompt of ``prompts`` (token-id lists of any lengths) in one batch; ``generate``'s arguments.
 
     ``seed``: an int (row r uses ``seed + r``) or one seed per prompt; each row has its own generator, so its
     output does not depend on its neighbours. ``method``: ``"autoregressive"``, ``"linear"`` or ``"parallel"``
     (trees are single-sequence only). ``rule``: the accept rule, as in ``generate``. ``commit``: how many of
     its verified tokens each row's cache keeps, from the rows' verdicts (default :func:`ragged_commit`, each
-    row its own accepted + 1); the negative controls of the tests pass a wrong one. Returns a :class:`BatchResult`.
+    row its own accepted + 1); the negative controls of the tests pass a wrong one. ``graphs``: as in ``generate``
+    (on CUDA the target's and the draft's batch steps are captured per shape; the prefill runs eager). Returns a
+    :class:`BatchResult`.
     """
     if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
@@ -71,13 +74,14 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     rows = [p.tolist() for p in prompt_tensors]
     B = len(rows)
     device = next(target.parameters()).device
+    mode = step_mode(graphs, device)
     capacity = max(map(len, rows)) + max_new_tokens + k + 2
     gens = [make_generator(device, s) for s in seeds]
     rule = rule or speculative_sample
     accept = [Autoregressive(params, g) if method == "autoregressive" else Linear(params, g, None, k, rule=rule)
               for g in gens]  # each row's own accept phase
-    bdraft = None if method == "autoregressive" else batched(drafter, target, B, capacity)
-    lm = BatchLM(target, B, capacity)
+    bdraft = None if method == "autoregressive" else batched(drafter, target, B, capacity, mode)
+    lm = BatchLM(target, B, capacity, mode)
     eos = eos_ids(target)
     stats = [Stats(method) for _ in rows]
     clock = Timer(lm.device)  # reads after a device sync, as the single-prompt loop's Clock

@@ -13,6 +13,12 @@ The first pass (:meth:`BatchLM.prefill`) left-pads the rows so their last tokens
 be mostly padding, prefills each row alone into its slots); ``starts[r]`` is row r's padding, and rotary positions are ``slot - starts[r]``, so each row sees exactly the positions it
 would see alone. The cost of this layout: a pass attends over the longest row's window (masked slots are
 computed and discarded), and a row that finished still rides along in the batch until every row is done.
+
+Static steps (:mod:`specdec_core.graphs`): a :class:`BatchLM` in mode ``"static"`` or ``"graph"`` runs its passes
+after the prefill with static shapes: the ids, positions, slots ``[B, T]`` and mask ``[B, 1, T, capacity]`` are
+input buffers filled from the lengths before the pass, the cache scatters at the slots, and attention reads the
+whole slab under the same mask as the eager window's (every slot past it blocked); ``"graph"`` replays each
+``(B, T)`` shape from its CUDA graph.
 """
 from __future__ import annotations
 
@@ -23,8 +29,9 @@ from typing import Any, Optional
 import torch
 from transformers.cache_utils import Cache
 
+from ..graphs import StepGraphs
 from ..kvcache import _SlabLayer
-from ..lm import CachedLM
+from ..lm import MAX_STEP, CachedLM, StepInputs
 
 
 
@@ -32,7 +39,10 @@ class _BatchSlab(_SlabLayer):
     """One layer's ``[B, H, capacity, D]`` slab; writes each row at its own length (one scatter)."""
 
     def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
-        idx, end = self.owner.write_index(key_states.shape[-2])
+        if self.owner.slots is not None:  # a static-shape pass: its slots, the whole slab attended (masked)
+            idx, end = self.owner.slots, self.owner.capacity
+        else:
+            idx, end = self.owner.write_index(key_states.shape[-2])
         idx = idx[:, None, :, None].expand_as(key_states)
         self.keys.scatter_(2, idx, key_states)
         self.values.scatter_(2, idx, value_states)
@@ -56,6 +66,7 @@ class BatchKVCache(Cache):
         self.capacity = int(capacity)
         self.lengths = torch.zeros(self.batch, dtype=torch.long, device=device)
         self.starts = torch.zeros(self.batch, dtype=torch.long, device=device)
+        self.slots: torch.Tensor | None = None  # [B, T], set by a static-shape pass while it runs
         shape = (self.batch, n_kv, self.capacity, head_dim)
         layers = [_BatchSlab(self, torch.zeros(shape, dtype=dtype, device=device),
                              torch.zeros(shape, dtype=dtype, device=device)) for _ in range(config.num_hidden_layers)]
@@ -68,9 +79,10 @@ class BatchKVCache(Cache):
             raise ValueError(f"batch KV cache full: a pass of {T} tokens needs {end} slots of {self.capacity}")
         return self.lengths[:, None] + torch.arange(T, device=self.lengths.device), end
 
-    def mask(self, T: int, dtype: torch.dtype) -> torch.Tensor:
-        """Additive 4D mask ``[B, 1, T, max(lengths) + T]`` for the next pass (0 = attend, dtype-min = blocked)."""
-        end = int(self.lengths.max()) + T
+    def mask(self, T: int, dtype: torch.dtype, end: int | None = None) -> torch.Tensor:
+        """Additive 4D mask ``[B, 1, T, end]`` for the next pass (0 = attend, dtype-min = blocked); ``end``: the
+        window, ``max(lengths) + T`` by default (a static pass's: the capacity)."""
+        end = int(self.lengths.max()) + T if end is None else end
         j = torch.arange(end, device=self.lengths.device)[None, None, :]  # [1, 1, end]
         t = torch.arange(T, device=self.lengths.device)[None, :, None]  # [1, T, 1]
         L, S = self.lengths[:, None, None], self.starts[:, None, None]
@@ -160,11 +172,15 @@ class BatchLM:
 
     MAX_PADDING = 0.25  # the share of padding above which :meth:`prefill` prefills row by row
 
-    def __init__(self, model, batch: int, capacity: int):
+    def __init__(self, model, batch: int, capacity: int, steps: str = "eager"):
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        self.graphs = StepGraphs(steps, self.device)
+        self.steps = steps  # how the passes after the prefill run (specdec_core.graphs)
         self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
+        self._inputs: dict[tuple, StepInputs] = {}
+        self._slab = self.cache.layers[0].keys  # the slab the captured steps write (cache.keep gathers new ones)
         _register_gqa_sdpa()
 
     @torch.inference_mode()
@@ -176,6 +192,40 @@ class BatchLM:
                              cache_position=torch.arange(T, device=self.device),
                              attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
                              logits_to_keep=keep_last, **model_kwargs)
+        return out.logits
+
+    @torch.inference_mode()
+    def _step(self, ids: torch.Tensor, **model_kwargs) -> torch.Tensor:
+        """The static-shape pass over ``ids [B, T]``: row r's tokens at slots ``[lengths[r], lengths[r] + T)``, the
+        eager pass's positions and mask (every slot past its window blocked), attention over the whole slab."""
+        B, T = ids.shape
+        self.cache.write_index(T)  # refuses a pass past the capacity, as the eager pass does
+        if self.cache.layers[0].keys is not self._slab:  # cache.keep gathered new slabs: forget the old captures
+            self.graphs.clear()
+            self._inputs.clear()
+            self._slab = self.cache.layers[0].keys
+        key = (B, T, *sorted(model_kwargs.items()))
+        if key not in self._inputs:
+            zeros = lambda *shape, dtype=torch.long: torch.zeros(shape, dtype=dtype, device=self.device)  # noqa: E731
+            self._inputs[key] = StepInputs(zeros(B, T), zeros(B, T), zeros(B, T),
+                                           zeros(B, 1, T, self.cache.capacity, dtype=self.dtype))
+        x = self._inputs[key]
+        x.ids.copy_(ids)
+        torch.add(self.cache.lengths[:, None], torch.arange(T, device=self.device), out=x.slots)
+        x.positions.copy_((x.slots - self.cache.starts[:, None]).clamp_min(0))
+        x.mask.copy_(self.cache.mask(T, self.dtype, end=self.cache.capacity))
+        self.cache.slots = x.slots
+        try:
+            return self.graphs.run(key, lambda: self._static_pass(x, **model_kwargs))
+        finally:
+            self.cache.slots = None
+
+    def _static_pass(self, x: StepInputs, **model_kwargs) -> torch.Tensor:
+        """What a capture records: the model's forward over the buffers ``x``."""
+        cache_position = torch.arange(x.ids.shape[1], device=self.device)
+        with grouped_query_attention(self.model):
+            out = self.model(input_ids=x.ids, position_ids=x.positions, cache_position=cache_position,
+                             attention_mask=x.mask, past_key_values=self.cache, use_cache=True, **model_kwargs)
         return out.logits
 
     def prefill(self, rows: list[list[int]], keep_last: int = 1, uncommitted_tail: int = 0, **model_kwargs):
@@ -212,7 +262,10 @@ class BatchLM:
         of them (default none: the caller advances or rolls back after reading the logits ``[B, T, V]``)."""
         T = max(1, max(len(r) for r in rows))
         ids = torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.long)
-        logits = self._pass(ids, 0, **model_kwargs)
+        if self.steps != "eager" and T <= MAX_STEP:
+            logits = self._step(ids, **model_kwargs)
+        else:
+            logits = self._pass(ids, 0, **model_kwargs)
         if commit is not None:
             self.cache.advance(torch.tensor(commit))
         return logits

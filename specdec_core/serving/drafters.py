@@ -17,7 +17,7 @@ from .cache import BatchLM
 class BatchNGram:
     """Prompt lookup per row: no model, nothing to batch."""
 
-    def __init__(self, drafter: NGramDrafter, target, batch: int, capacity: int):
+    def __init__(self, drafter: NGramDrafter, target, batch: int, capacity: int, steps: str = "eager"):
         self.drafter = drafter
 
     def propose(self, contexts, ks, params, generators):
@@ -49,8 +49,8 @@ class _Cached:
 class BatchModel(_Cached):
     """An autoregressive draft model over the batch: one pass per draft position for all rows."""
 
-    def __init__(self, drafter: ModelDrafter, target, batch: int, capacity: int):
-        self.lm = BatchLM(drafter.model, batch, capacity)
+    def __init__(self, drafter: ModelDrafter, target, batch: int, capacity: int, steps: str = "eager"):
+        self.lm = BatchLM(drafter.model, batch, capacity, steps)
         self.fresh = True
 
     def propose(self, contexts, ks, params, generators):
@@ -81,9 +81,9 @@ class BatchBlock(_Cached):
     unseen tokens). Row r uses the first ``ks[r]`` laws: causal attention makes them independent of the
     masks after them, so they are the laws the single-sequence drafter would compute."""
 
-    def __init__(self, drafter: BlockDrafter, target, batch: int, capacity: int):
+    def __init__(self, drafter: BlockDrafter, target, batch: int, capacity: int, steps: str = "eager"):
         self.drafter = drafter
-        self.lm = BatchLM(drafter.model, batch, capacity + drafter.max_block)  # masks go past the rows
+        self.lm = BatchLM(drafter.model, batch, capacity + drafter.max_block, steps)  # masks go past the rows
         self.fresh = True
 
     def propose(self, contexts, ks, params, generators):
@@ -114,9 +114,9 @@ class BatchBlock(_Cached):
         return out
 
 
-def batched(drafter, target, batch: int, capacity: int):
-    """The batched form of a core drafter."""
+def batched(drafter, target, batch: int, capacity: int, steps: str = "eager"):
+    """The batched form of a core drafter; ``steps``: how its passes after the prefill run (specdec_core.graphs)."""
     for kind, cls in ((BlockDrafter, BatchBlock), (ModelDrafter, BatchModel), (NGramDrafter, BatchNGram)):
         if isinstance(drafter, kind):
-            return cls(drafter, target, batch, capacity)
+            return cls(drafter, target, batch, capacity, steps)
     raise ValueError(f"generate_batch has no batched form of {type(drafter).__name__} (model, n-gram and block drafters)")
