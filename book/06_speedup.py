@@ -51,6 +51,7 @@ sweep = {                     # name -> (generate() arguments, list of K)
     "parallel (block)": [{"method": "parallel", "drafter": "block"}, [2, 4, 6, 8]],
 }
 theory_tolerance = 0.10       # linear SD: |measured − predicted| / predicted should stay below this
+finest_tolerance = 0.25       # a theory_tolerance above this checks nothing finer than a bug (the summary says so)
 assert_theory = False         # True: a disagreement beyond the tolerance stops the notebook (else it is reported)
 device = "cpu"
 out_dir = "../build/book/06_speedup"
@@ -66,6 +67,7 @@ import seaborn as sns
 from IPython.display import Markdown
 
 import specdec_core as sd
+from specdec_core.study import figures
 from specdec_core.study import bench, book, gpu, peers, report, theory
 
 
@@ -78,10 +80,6 @@ methods = {name: bench.stored_k(pair, spec) for name, spec in methods.items()}  
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)
 print("methods:", ", ".join(f"{name} (K = {spec['k']})" for name, spec in methods.items()))
-
-
-def our_runner(kw, temperature):
-    return bench.generate_runner(pair.target, max_new_tokens, temperature, keep_steps=True, **kw)
 
 
 # %% [markdown]
@@ -127,9 +125,11 @@ print(f"c = {costs['c']:.3f}; verify pass over K + 1 tokens ÷ one-token pass: "
 # %%
 frames = []
 for temp in temperatures:
-    runners = {"autoregressive": our_runner({"method": "autoregressive"}, temp)}
+    runners = {"autoregressive": bench.generate_runner(pair.target, max_new_tokens, temp, keep_steps=True,
+                                                       method="autoregressive")}
     for name, spec in methods.items():
-        runners[name] = our_runner(bench.method_kwargs(pair, spec), temp)
+        runners[name] = bench.generate_runner(pair.target, max_new_tokens, temp, keep_steps=True,
+                                              **bench.method_kwargs(pair, spec))
     if hf_peers:
         runners["hf generate"] = peers.hf_runner(pair.target, max_new_tokens, temp)
         if model_drafter is not None and "linear (draft model)" in methods:
@@ -160,12 +160,7 @@ tau = spec_runs.groupby(["runner", "temperature", "task"]).tau.median()
 summary = rat.set_index(["runner", "temperature", "task"]).join(alpha).join(tau).reset_index()
 summary = summary.rename(columns={"runner": "method", "median": "speedup", "q25": "speedup_q25", "q75": "speedup_q75"})
 ch.save(summary, "summary")
-g = sns.catplot(data=summary, x="task", y="speedup", hue="method", col="temperature", kind="bar", height=4,
-                aspect=1.5, errorbar=None)
-for ax in g.axes.flat:
-    ax.axhline(1.0, color="k", lw=1)
-    ax.tick_params(axis="x", rotation=25)
-g.set_axis_labels("", "speedup over autoregressive (median, paired)")
+g = figures.speedup_by_task(summary, y="speedup", hue="method")
 ch.savefig(g, "speedup_by_task")
 overall.set_index(["temperature", "runner"]).round(3)
 
@@ -227,10 +222,13 @@ lat.round(1)
 # %%
 sweep_prompts = [(dict(id=p.id, task=p.task), sd.prompts.encode(pair, p))
                  for p in sd.load_prompts(prompt_file, tasks=tasks, per_task=sweep_per_task)]
-sweep_runners = {"autoregressive": our_runner({"method": "autoregressive"}, 0.0)}
+sweep_runners = {"autoregressive": bench.generate_runner(pair.target, max_new_tokens, 0.0, keep_steps=True,
+                                                         method="autoregressive")}
 for name, (spec, klist) in sweep.items():
     for k in klist:
-        sweep_runners[f"{name}|{k}"] = our_runner(bench.method_kwargs(pair, spec, k), 0.0)
+        sweep_runners[f"{name}|{k}"] = bench.generate_runner(pair.target, max_new_tokens, 0.0, keep_steps=True,
+                                                             **bench.method_kwargs(pair, spec, k))
+sr = None  # the sweep's paired ratios, when a method of `sweep` can run (read again by the GPU section)
 if len(sweep_runners) == 1:
     print("no usable method in `sweep` (missing drafters): skipping the K sweep")
 else:
@@ -247,17 +245,14 @@ else:
         _, th = bench.theory_check(sw, sr.at[i, "runner"], "autoregressive", k, costs["c"], costs["verify_ratio"][k])
         sr.loc[i, ["predicted", "measured_decode"]] = th["predicted_median"], th["measured_median"]
     ch.save(sr, "speedup_vs_k")
-    fig, ax = plt.subplots(figsize=(8, 4.5))
     # markers and IQR bars, no lines: the sweep measured these K only, and a line would invent the ones between
-    for i, (m, g) in enumerate(sr.sort_values("K").groupby("method", sort=False)):
-        ax.errorbar(g.K + 0.08 * i, g["median"], yerr=[g["median"] - g.q25, g.q75 - g["median"]], fmt="o",
-                    capsize=3, color=f"C{i}", label=f"{m} (median, IQR)")
-    if lin.any():
+    fig = figures.median_iqr(sr.sort_values("K"), "method", sort=False, dodge=0.08, label="{} (median, IQR)",
+                             figsize=(8, 4.5), ylabel="speedup over autoregressive (greedy)", title="speedup vs K")
+    ax = fig.axes[0]
+    if lin.any():  # the theory beside the linear draft's measurement
         ax.plot(sr[lin].K, sr[lin].predicted, "ks", mfc="none", label="theory (linear, measured α, c, verify cost)")
         ax.plot(sr[lin].K, sr[lin].measured_decode, "kx", label="measured (linear, decode loop only)")
-    ax.axhline(1, color="grey", lw=1)
-    ax.set(ylabel="speedup over autoregressive (greedy)", title="speedup vs K")
-    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.axhline(1, color="grey", lw=1)  # drawn last: matplotlib then keeps the y-range the series set
     ax.legend(fontsize=8)
     fig.tight_layout()
     ch.savefig(fig, "speedup_vs_k")
@@ -352,7 +347,7 @@ else:
     def measured_note(r) -> str:
         """This machine's row: the K sweep's measurement at that K, when the sweep ran it (a prediction is not a
         measurement)."""
-        at_k = sr[(sr.method == "linear (draft model)") & (sr.K == r.K)] if "sr" in globals() else []
+        at_k = sr[(sr.method == "linear (draft model)") & (sr.K == r.K)] if sr is not None else []
         if "(this run)" not in r.source or not len(at_k):
             return ""
         m = at_k.iloc[0]
@@ -388,7 +383,7 @@ if "linear (draft model)" in methods:
     lines.append(f"- **Theory, linear SD with the draft model (K = {k0})**: per-call prediction {per_call:.3f}×, "
                  f"measured {meas:.3f}× in the decode loops (the speed line above includes the prefill; relative error {rel:.1%}"
                  + (f", tolerance {theory_tolerance:.0%}: {'agree' if rel < theory_tolerance else 'disagree'}"
-                    if theory_tolerance <= 0.25 else f"; a tolerance of {theory_tolerance:.0%} checks nothing finer "
+                    if theory_tolerance <= finest_tolerance else f"; a tolerance of {theory_tolerance:.0%} checks nothing finer "
                     "than a bug at this size") + f"); one pooled α̂ = {th['alpha_pooled']:.3f} "
                  f"predicts {pooled:.3f}×, {direction}-predicting the measurement.")
 s0 = summary[summary.temperature == t0_]
