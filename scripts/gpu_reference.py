@@ -1,8 +1,10 @@
 """The book on a GPU, in one command: the core's CUDA path, chapter 1's measurements, the embedded pair's costs and
-the speedups they predict, eager against graph-captured decode steps, and the real pair when its weights are there.
+the speedups they predict, eager against graph-captured decode steps, sd.generate with CUDA graphs against eager, and
+the real pair when its weights are there.
 
     python scripts/gpu_reference.py                       # on a GPU machine: data/reference/cuda-<device>/
     python scripts/gpu_reference.py --device cpu --smoke  # every stage at tiny sizes, in under a minute (a test)
+    python scripts/gpu_reference.py --gguf .gguf/SmolLM2-135M-Instruct.Q4_1.gguf.parts.json   # the real pair, in parts
 
 The stages and outputs are described in data/reference/README.md and specdec_core/tools/gpu_reference.py. Each stage runs
 under the deadline (--budget) and its own try: one that fails or does not fit is reported in summary.md and
@@ -33,11 +35,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", choices=[n for n, _ in gpu.STAGES], help="run only these stages")
     ap.add_argument("--compile", nargs="*", default=None, choices=["compile", "reduce-overhead"],
                     help="torch.compile modes timed beside eager (default: compile on CPU, reduce-overhead on a GPU)")
-    ap.add_argument("--gguf", help="the embedded target's GGUF file, for stage 5 when no converted cache is there")
+    ap.add_argument("--gguf", help="the embedded target's GGUF file, for the graphs and embedded stages when no "
+                                   "converted cache is there; or the manifest of its parts (scripts/split_file.py), "
+                                   "joined and checked first")
     ap.add_argument("--threads", type=int, help="CPU threads (default: torch's; 1 for a smoke run, whose timings "
                                                 "mean nothing and whose threads would only contend with others)")
     args = ap.parse_args(argv)
 
+    try:
+        gguf = str(gpu.gguf_file(args.gguf)) if args.gguf else None
+    except ValueError as e:
+        ap.error(str(e))
     device = torch.device(args.device)
     threads = args.threads or (1 if args.smoke and device.type == "cpu" else None)
     if threads:
@@ -55,7 +63,7 @@ def main(argv=None) -> int:
     modes = args.compile if args.compile is not None else (
         ["reduce-overhead"] if device.type == "cuda" else ["compile"])
     run = gpu.Run(device=device, out=out, sizes=gpu.Sizes.for_run(device, args.smoke), smoke=args.smoke,
-                  deadline=time.perf_counter() + budget, compile_modes=tuple(modes), gguf=args.gguf,
+                  deadline=time.perf_counter() + budget, compile_modes=tuple(modes), gguf=gguf,
                   # smoke: Dynamo traces the step as Inductor would, without Inductor's minute of code generation
                   compile_backend="aot_eager" if args.smoke else "inductor")
     print(f"{tag}: torch {torch.__version__}, writing {out}", flush=True)

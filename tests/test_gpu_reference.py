@@ -4,6 +4,7 @@ The run (``scripts/gpu_reference.py``) executes on a lent GPU now and then; here
 on CPU, so it cannot rot while no GPU is at hand. The static step (``study/compiled.py``) must decode exactly what
 ``sd.generate`` decodes, in every mode this machine has; the CUDA-graph mode is checked where CUDA is."""
 import resource
+import runpy
 import subprocess
 import sys
 import time
@@ -70,6 +71,63 @@ def test_smoke_run_writes_every_table(smoke_run):
     assert {"core", "eager", "compile"} <= set(steps["mode"]) and steps.toy_identical.dropna().all()
     costs = pd.read_csv(out / "pair_costs.csv")
     assert {"cpu (reference)"} < set(costs.source) and (costs.predicted_speedup > 0).all()
+
+
+def test_smoke_run_decodes_the_headline_methods_with_and_without_graphs(smoke_run):
+    """The graphs stage's rows (in embedded.csv, beside the embedded stage's): every headline method of chapter 6
+    the toy pair can run, with graphs and eager, α and ratios measured, greedy tokens identical (float64)."""
+    out = smoke_run[0]
+    both = pd.read_csv(out / "embedded.csv")
+    assert set(both.table) == {"graphs", "embedded"}
+    g = both[both.table == "graphs"]
+    assert set(g.method) == set(gpu.HEADLINE) and g.graphs.astype(bool).sum() == len(gpu.HEADLINE)
+    assert (g.greedy_equal == 1).all() and (g.same_as_eager == 1).all()
+    assert (g.tokens_per_s > 0).all() and (g["median"] > 0).all() and (g.graphs_gain > 0).all()
+    assert g[g.method != "autoregressive"].alpha.between(0, 1).all()
+    assert "sd.generate with CUDA graphs" in (out / "summary.md").read_text()
+
+
+# -- a file in parts ---------------------------------------------------------------------------------------------
+def test_split_and_join_give_the_file_back(tmp_path):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(bytes(range(256)) * 1000 + b"tail")
+    manifest = gpu.split_file(src, tmp_path / "parts", max_mib=0.1)
+    parts = sorted((tmp_path / "parts").glob("model.gguf.part-*"))
+    assert len(parts) == 3 and all(p.stat().st_size <= 0.1 * 2**20 for p in parts)
+    assert gpu.join_parts(manifest, tmp_path / "joined.gguf").read_bytes() == src.read_bytes()
+    assert gpu.gguf_file(manifest) == tmp_path / "parts" / "model.gguf"  # --gguf takes the manifest
+    assert gpu.gguf_file(src) == src
+    two = gpu.split_file(src, tmp_path / "two", parts=2, max_mib=1)
+    assert gpu.join_parts(two).read_bytes() == src.read_bytes()
+    with pytest.raises(ValueError, match="at least 3 parts"):
+        gpu.split_file(src, tmp_path / "x", parts=2, max_mib=0.1)
+
+
+def test_join_refuses_a_part_that_differs(tmp_path):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(b"0123456789" * 30000)
+    manifest = gpu.split_file(src, tmp_path / "parts", parts=3, max_mib=1)
+    part = tmp_path / "parts" / "model.gguf.part-2-of-3"
+    part.write_bytes(b"X" + part.read_bytes()[1:])  # same size, one byte changed
+    with pytest.raises(ValueError, match=r"part .*part-2-of-3 .*differs"):
+        gpu.join_parts(manifest, tmp_path / "joined.gguf")
+    assert not (tmp_path / "joined.gguf").exists()
+    part.unlink()
+    with pytest.raises(ValueError, match=r"part-2-of-3 .*missing"):
+        gpu.join_parts(manifest)
+
+
+def test_split_file_script_round_trip(tmp_path, capsys):
+    script = runpy.run_path(str(REPO_ROOT / "scripts" / "split_file.py"))
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"abc" * 100000)
+    assert script["main"](["split", str(src), "--out", str(tmp_path / "p"), "--parts", "2", "--max-mib", "1"]) == 0
+    manifest = tmp_path / "p" / "f.bin.parts.json"
+    assert script["main"](["join", str(manifest), "--out", str(tmp_path / "back.bin")]) == 0
+    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
+    (tmp_path / "p" / "f.bin.part-1-of-2").write_bytes(b"short")
+    assert script["main"](["join", str(manifest), "--out", str(tmp_path / "again.bin")]) == 1
+    assert "differs from the manifest" in capsys.readouterr().err
 
 
 def test_smollm2_shape_is_the_embedded_targets():

@@ -1,4 +1,4 @@
-"""The book on a GPU: one prepared run (``scripts/gpu_reference.py``, ``make gpu-reference``) in five stages.
+"""The book on a GPU: one prepared run (``scripts/gpu_reference.py``, ``make gpu-reference``) in six stages.
 
 This project has no GPU of its own; an H200 is lent now and then, for minutes. So the run is built and tested on
 CPU (``--device cpu --smoke``: every stage at tiny sizes, in a test) and executed in one go when a GPU is there.
@@ -13,14 +13,22 @@ CPU (``--device cpu --smoke``: every stage at tiny sizes, in a test) and execute
    the hardware).
 4. :func:`stage_steps`: eager against graph-captured (and compiled) static-shape steps
    (:mod:`specdec_core.study.compiled`) for the target and draft shapes, per token; greedy identity first.
-5. :func:`stage_embedded`: the real embedded pair's measured speedups, when its weights are on the machine.
+5. :func:`stage_graphs`: the library's own decoders with CUDA graphs (``sd.generate(..., graphs=True)``) against
+   eager (``graphs=False``), interleaved, for chapter 6's headline methods on the embedded pair: tokens/s ratios
+   against autoregressive, α, greedy identity.
+6. :func:`stage_embedded`: the real embedded pair's measured speedups, when its weights are on the machine.
+
+Stages 5 and 6 need the embedded pair's weights: the converted cache, or the GGUF file given with ``--gguf``, which
+also takes the manifest of its parts (:func:`split_file`, :func:`join_parts`: a lent machine takes 64 MiB a call).
 
 Outputs (:data:`FILES`, at most 8 files: what one device call can bring back): ``summary.md`` and one CSV per
-table. Each stage runs under a deadline and its own ``try``: a failed or skipped stage is recorded in
-``summary.md`` and the others still run.
+table (the graphs stage's table shares ``embedded.csv``, a ``table`` column telling them apart: :data:`SHARED`).
+Each stage runs under a deadline and its own ``try``: a failed or skipped stage is recorded in ``summary.md`` and
+the others still run.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -33,8 +41,9 @@ import pandas as pd
 import torch
 
 import specdec_core as sd
+from ..adaptive import hybrid_of
 from ..data.prompts import encode, load_prompts
-from ..lm import CachedLM
+from ..lm import CachedLM, sized
 from ..models import hub, shipped
 from ..models.draft import DraftModel
 from ..models.shipped import load_model_draft
@@ -47,6 +56,7 @@ from ..tree import Tree
 
 FILES = ("summary.md", "core.csv", "ceilings.csv", "pass_times.csv", "knees.csv", "pair_costs.csv", "steps.csv",
          "embedded.csv")
+SHARED = {"graphs": "embedded"}  # tables written into another table's file (with a `table` column): FILES is capped
 
 # SmolLM2-135M-Instruct's shapes (data/models/smollm2-135m/config.json; tests check them against it): the GPU
 # machine has no converted weights, so the embedded target's shape is timed with random weights.
@@ -92,6 +102,8 @@ class Sizes:
     embedded_per_task: int = 1
     embedded_tokens: int = 64
     embedded_repeats: int = 2
+    graphs_prompts: int = 6
+    graphs_repeats: int = 1
     warmup: int = 2
 
     @classmethod
@@ -100,7 +112,7 @@ class Sizes:
             return cls(identity_prompts=2, identity_tokens=12, gof_N=120, copy_bytes=16 << 20, gemm_n=256,
                        ceil_repeats=3, models=("tiny",), token_counts=(1, 2, 4, 8), context=32, pass_repeats=3,
                        target="tiny", ks=(1, 2, 4), cost_context=24, cost_repeats=3, step_n=4, step_k=2,
-                       step_repeats=3, embedded_tokens=8, embedded_repeats=1, warmup=1)
+                       step_repeats=3, embedded_tokens=8, embedded_repeats=1, graphs_prompts=2, warmup=1)
         if device.type == "cpu":
             return cls(copy_bytes=512 << 20, gemm_n=2048, ceil_repeats=5, models=("smollm2-135m",),
                        token_counts=(1, 2, 4, 8, 16, 32, 64), context=128, pass_repeats=5, cost_repeats=10,
@@ -124,6 +136,7 @@ class Run:
     notes: dict = field(default_factory=dict)
     status: dict = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    loaded: dict = field(default_factory=dict)  # what stages share once loaded (the embedded pair)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -131,11 +144,18 @@ class Run:
         return torch.bfloat16 if self.device.type == "cuda" else torch.float32
 
     def save(self, name: str, df: pd.DataFrame) -> pd.DataFrame:
-        assert f"{name}.csv" in FILES, name
+        """Keep table ``name`` and write its file (a shared file: every table written to it, a ``table`` column
+        naming each row's)."""
+        file = SHARED.get(name, name)
+        assert f"{file}.csv" in FILES, name
         df = df.assign(device=pf.device_tag(self.device))
         self.tables[name] = df
         self.out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(self.out / f"{name}.csv", index=False)
+        if file in SHARED.values():
+            parts = [t.assign(table=n) for n, t in self.tables.items() if SHARED.get(n, n) == file]
+            pd.concat(parts, ignore_index=True).to_csv(self.out / f"{file}.csv", index=False)
+        else:
+            df.to_csv(self.out / f"{file}.csv", index=False)
         return df
 
     def left(self) -> float:
@@ -458,11 +478,118 @@ def stage_steps(run: Run) -> None:
         raise AssertionError(f"static steps differ from sd.generate in modes {identical[~identical].index.tolist()}")
 
 
-# -- 5. the real embedded pair --------------------------------------------------------------------------
+# -- 5. the library's decoders with and without CUDA graphs ---------------------------------------------------
+HEADLINE = {  # chapter 6's headline methods (book/06_speedup.py, `methods`), after autoregressive
+    "autoregressive": {"method": "autoregressive"},
+    "linear (draft model)": {"method": "linear", "drafter": "model", "k": "auto"},
+    "linear (n-gram)": {"method": "linear", "drafter": "ngram", "k": 4},
+    "tree (draft model)": {"method": "tree", "drafter": "model", "k": 4, "tree": "default"},
+    "parallel (block)": {"method": "parallel", "drafter": "block", "k": 6},
+    "linear (draft model, θ auto)": {"method": "linear", "drafter": "model", "k": 6, "confidence": "auto"},
+    "linear (hybrid, θ auto)": {"method": "linear", "drafter": "hybrid", "k": 6, "confidence": "auto"},
+    "linear (adaptive, θ auto)": {"method": "linear", "drafter": "adaptive", "k": 6, "confidence": "auto"},
+}
+FALLBACK_K = 4  # K for a "k": "auto" method where the pair stores none (the smoke run's toy pair)
+
+
+def headline_methods(pair) -> tuple[dict[str, dict], list[str]]:
+    """:data:`HEADLINE` as ``generate`` arguments for ``pair``, and a note for each method changed or skipped: a
+    drafter the pair lacks skips the method; a θ "auto" with none stored runs without θ; a K "auto" with none
+    stored runs at :data:`FALLBACK_K`."""
+    methods, notes = {}, []
+    for name, spec in HEADLINE.items():
+        spec = dict(spec)
+        if spec.get("drafter") is not None and spec["drafter"] not in pair.drafters:
+            notes.append(f"{name}: skipped (no {spec['drafter']!r} drafter)")
+            continue
+        if spec.get("confidence") == "auto" and bench.unrunnable(pair, spec):
+            del spec["confidence"]
+            notes.append(f"{name}: no θ stored, run without one")
+        if spec.get("k") == "auto" and bench.unrunnable(pair, spec):
+            spec["k"] = FALLBACK_K
+            notes.append(f"{name}: no K stored, K = {FALLBACK_K}")
+        methods[name] = bench.method_kwargs(pair, bench.stored_k(pair, spec))
+    return methods, notes
+
+
+def graphs_table(df: pd.DataFrame, outputs: dict, methods: dict) -> pd.DataFrame:
+    """One row per method and step mode from the interleaved calls ``df`` (runners ``"<method> | graphs"`` and
+    ``"<method> | eager"``): tokens/s, α pooled over the calls, paired tokens/s ratios against autoregressive in
+    the same mode (``median``, ``q25``, ``q75``) and against eager autoregressive (``vs_eager_ar``), graphs over
+    eager for the same method (``graphs_gain``), and the share of prompts whose tokens equal eager
+    autoregressive's (``greedy_equal``) and the same method's eager tokens (``same_as_eager``)."""
+    alpha = bench.pooled_alpha(df)
+    vs_eager_ar = bench.paired_ratios(df, baseline="autoregressive | eager").set_index("runner")
+    rows = []
+    for mode in ("graphs", "eager"):
+        vs_ar = bench.paired_ratios(df[df.runner.str.endswith(f"| {mode}")], baseline=f"autoregressive | {mode}")
+        vs_ar = vs_ar.set_index("runner")
+        for name, kw in methods.items():
+            runner = f"{name} | {mode}"
+            eager = f"{name} | eager"
+            gain = 1.0
+            if mode == "graphs":
+                gain = float(bench.paired_ratios(df[df.runner.isin([runner, eager])], baseline=eager)["median"].iloc[0])
+            ratio = vs_ar.loc[runner] if runner in vs_ar.index else {"median": 1.0, "q25": 1.0, "q75": 1.0}
+            keys = list(outputs[eager])
+            same = [outputs[runner][key] == outputs[eager][key] for key in keys]
+            rows.append(dict(runner=runner, method=name, graphs=mode == "graphs", k=kw.get("k"),
+                             tokens_per_s=float(df[df.runner == runner].tokens_per_s.median()),
+                             alpha=float(alpha.get(runner, float("nan"))), median=float(ratio["median"]),
+                             q25=float(ratio["q25"]), q75=float(ratio["q75"]),
+                             vs_eager_ar=float(vs_eager_ar["median"].get(runner, 1.0)), graphs_gain=gain,
+                             greedy_equal=float(np.mean([outputs[runner][key] == outputs["autoregressive | eager"][key]
+                                                         for key in keys])),
+                             same_as_eager=float(np.mean(same))))
+    return pd.DataFrame(rows)
+
+
+def stage_graphs(run: Run) -> None:
+    sz = run.sizes
+    pair, source, prompts = embedded_pair(run)
+    if pair is None:
+        run.save("graphs", pd.DataFrame([dict(runner="(none)", status=f"skipped: {source}")]))
+        run.notes["graphs"] = f"skipped: {source}"
+        return
+    pair = hub.Pair(pair.target, pair.tokenizer, {**hybrid_of(pair.drafters), **pair.drafters}, pair.name)
+    prompts = prompts[: sz.graphs_prompts]
+    methods, notes = headline_methods(pair)
+    n = sz.embedded_tokens
+    outputs, runners = {}, {}
+    for name, kw in methods.items():
+        for mode, graphs in (("graphs", True), ("eager", False)):
+            outputs[f"{name} | {mode}"] = {}
+            runners[f"{name} | {mode}"] = bench.decode_runner(pair.target, n, outputs=outputs[f"{name} | {mode}"],
+                                                              graphs=graphs, **kw)
+    # a step shape is captured at its first use, per cache size: decode one prompt of each size first, untimed
+    sizes = {sized(len(ids) + n + 32, "graph"): ids for _, ids in prompts}
+    for ids in sizes.values():
+        for r in runners.values():
+            r(ids)
+    df = bench.run_interleaved(runners, prompts, repeats=sz.graphs_repeats, warmup=0, progress=False)
+    table = graphs_table(df, outputs, methods)
+    run.save("graphs", table.assign(source=source, max_new_tokens=n, prompts=len(prompts)))
+    ar = table.set_index("runner")
+    best = table[table.graphs & (table.method != "autoregressive")].sort_values("median").tail(1)
+    run.notes["graphs"] = (f"{source}: autoregressive {ar.graphs_gain['autoregressive | graphs']:.2f}× with graphs"
+                           + "".join(f"; best with graphs: {r.method} {r.median:.2f}× AR (α {r.alpha:.2f})"
+                                     for r in best.itertuples())
+                           + f"; greedy identity graphs = eager: {table.same_as_eager.min():.0%} of prompts"
+                           + ("; " + "; ".join(notes) if notes else ""))
+
+
+# -- 6. the real embedded pair --------------------------------------------------------------------------
 def embedded_pair(run: Run):
-    """``(pair, source, prompts)`` for stage 5, or ``(None, why, [])``: the embedded pair from its converted cache
-    ``data/models/smollm2-135m`` (checksums verified, never converted here) or from a GGUF file given with
-    ``--gguf`` (needs the ``gguf`` package), with the evaluation prompts; smoke runs: a toy pair, random prompts."""
+    """``(pair, source, prompts)`` for stages 5 and 6 (loaded once per run), or ``(None, why, [])``."""
+    if "pair" not in run.loaded:
+        run.loaded["pair"] = _load_embedded(run)
+    return run.loaded["pair"]
+
+
+def _load_embedded(run: Run):
+    """The embedded pair from its converted cache ``data/models/smollm2-135m`` (checksums verified, never converted
+    here) or from a GGUF file given with ``--gguf`` (needs the ``gguf`` package), with the evaluation prompts; smoke
+    runs: a toy pair, random prompts."""
 
     if run.smoke:
         g = torch.Generator().manual_seed(3)
@@ -525,10 +652,82 @@ def stage_embedded(run: Run) -> None:
     run.notes["embedded"] = f"{source}: " + "; ".join(f"{r.runner} {r.median:.2f}× AR" for r in ratios.itertuples())
 
 
+# -- a file in parts (the GGUF file on a machine that takes 64 MiB a call) -------------------------------------
+MIB = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(MIB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def split_file(path, out_dir, parts: int | None = None, max_mib: float = 24.0) -> Path:
+    """Split ``path`` into ``parts`` pieces of equal size (the last one shorter; default: as few as fit), each at
+    most ``max_mib`` MiB, written to ``out_dir`` as ``<name>.part-1-of-N`` …, with the manifest ``<name>.parts.json``:
+    the file's name, size and SHA-256, and each part's file name, size and SHA-256. Returns the manifest's path."""
+    path, out_dir = Path(path), Path(out_dir)
+    size = path.stat().st_size
+    limit = int(max_mib * MIB)
+    parts = parts or max(1, math.ceil(size / limit))
+    step = math.ceil(size / parts)
+    if step > limit:
+        raise ValueError(f"{path.name} ({size / MIB:.1f} MiB) does not fit {parts} parts of at most {max_mib} MiB: "
+                         f"give at least {math.ceil(size / limit)} parts")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    listed = []
+    with open(path, "rb") as f:
+        for i in range(parts):
+            part = out_dir / f"{path.name}.part-{i + 1}-of-{parts}"
+            part.write_bytes(f.read(step))
+            listed.append(dict(file=part.name, size=part.stat().st_size, sha256=_sha256(part)))
+    manifest = out_dir / f"{path.name}.parts.json"
+    manifest.write_text(json.dumps(dict(name=path.name, size=size, sha256=_sha256(path), parts=listed), indent=1) + "\n")
+    return manifest
+
+
+def join_parts(manifest, out=None) -> Path:
+    """The file a manifest of :func:`split_file` describes, joined from its parts (in the manifest's folder) into
+    ``out`` (default: the manifest's folder, under the file's name; kept if it is already there with the right
+    checksum). Each part's size and SHA-256, then the whole's, are checked: a missing part, a part that differs or a
+    joined file whose checksum differs is refused with a ``ValueError`` naming it, and nothing is left at ``out``."""
+    manifest = Path(manifest)
+    spec = json.loads(manifest.read_text())
+    out = Path(out) if out else manifest.parent / spec["name"]
+    if out.exists() and out.stat().st_size == spec["size"] and _sha256(out) == spec["sha256"]:
+        return out
+    for p in spec["parts"]:
+        part = manifest.parent / p["file"]
+        if not part.exists():
+            raise ValueError(f"part {part} of {spec['name']} is missing ({len(spec['parts'])} parts in {manifest})")
+        if part.stat().st_size != p["size"] or _sha256(part) != p["sha256"]:
+            raise ValueError(f"part {part} of {spec['name']} differs from the manifest {manifest} (size "
+                             f"{part.stat().st_size}, expected {p['size']}; SHA-256 mismatch): copy it again")
+    partial = out.with_name(out.name + ".partial")
+    with open(partial, "wb") as f:
+        for p in spec["parts"]:
+            f.write((manifest.parent / p["file"]).read_bytes())
+    if _sha256(partial) != spec["sha256"]:
+        partial.unlink()
+        raise ValueError(f"{spec['name']} joined from {manifest} has the wrong SHA-256: the parts are not this file's")
+    partial.replace(out)
+    return out
+
+
+def gguf_file(path) -> Path:
+    """``--gguf``: a GGUF file as it is, or the manifest of its parts (``*.parts.json``), joined and checked."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"--gguf {path}: no such file")
+    return join_parts(path) if path.name.endswith(".parts.json") else path
+
+
 # -- the run -----------------------------------------------------------------------------------------------
-STAGES = (("core", stage_core), ("bottleneck", stage_bottleneck), ("steps", stage_steps),
+STAGES = (("core", stage_core), ("bottleneck", stage_bottleneck), ("steps", stage_steps), ("graphs", stage_graphs),
           ("pair", stage_pair_costs), ("embedded", stage_embedded))
-MIN_SECONDS = {"core": 60, "bottleneck": 90, "steps": 60, "pair": 30, "embedded": 90}
+MIN_SECONDS = {"core": 60, "bottleneck": 90, "steps": 60, "graphs": 120, "pair": 30, "embedded": 90}
 
 
 def run_all(run: Run, only: list[str] | None = None) -> Run:
@@ -613,6 +812,15 @@ def write_summary(run: Run) -> Path:
         md += ["", "## Predicted speedup per K (α measured on CPU: α belongs to the weights, not the hardware)", "",
                _table(d.pivot_table(index=["alpha_source", "K"], columns=["source", "mode"],
                                     values="predicted_speedup").reset_index().pipe(_flat))]
+    if "graphs" in t and "method" in t["graphs"]:
+        md += ["", "## sd.generate with CUDA graphs against eager (chapter 6's headline methods)", "",
+               "`graphs=True` against `graphs=False`, interleaved, greedy. `median` (IQR `q25`–`q75`): tokens/s ÷ "
+               "autoregressive's in the same mode, paired by prompt; `vs_eager_ar`: ÷ eager autoregressive's; "
+               "`graphs_gain`: ÷ the same method's eager tokens/s; α pooled over the calls; `greedy_equal`: share of "
+               "prompts whose tokens equal eager autoregressive's; `same_as_eager`: equal to the method's eager "
+               "tokens. On CPU `graphs=True` runs the static steps uncaptured.", "",
+               _table(t["graphs"], ["method", "graphs", "k", "tokens_per_s", "alpha", "median", "q25", "q75",
+                                    "vs_eager_ar", "graphs_gain", "greedy_equal", "same_as_eager"])]
     if "embedded" in t:
         md += ["", "## The real embedded pair", "", _table(t["embedded"], list(t["embedded"].columns))]
     errors = {k: v for k, v in run.notes.items() if k.endswith("traceback")}
