@@ -59,24 +59,18 @@ out_dir = "../build/book/08_adaptive"
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
-import seaborn as sns
 from IPython.display import Markdown, display
 
 from specdec_core.adaptive import calibrate
 from specdec_core.study import bench, book, drafteval, report
+from specdec_core.study import figures
 from specdec_core.study import exactness as ex
 
 ch = book.setup(out_dir, model, device=device, per_task=per_task, tasks=tasks,
                 need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
 print(ch)
-
-
-def runner(kw, temperature=0.0, outputs=None):
-    return bench.decode_runner(pair.target, max_new_tokens, temperature, outputs=outputs,
-                               **bench.method_kwargs(pair, kw))
 
 
 # %% [markdown]
@@ -159,8 +153,8 @@ final |= {f"{role} ({name})": cand[name] for role, name in chosen.items()}
 frames, greedy_out = [], {name: {} for name in ["autoregressive", *final]}  # greedy tokens per runner and prompt
 for temp in temperatures:
     out = greedy_out if temp == 0.0 else {}
-    rs = {"autoregressive": runner(dict(method="autoregressive"), temp, out.get("autoregressive"))}
-    rs |= {n: runner(kw, temp, out.get(n)) for n, kw in final.items()}
+    rs = {n: bench.decode_runner(pair.target, max_new_tokens, temp, outputs=out.get(n), **bench.method_kwargs(pair, kw))
+          for n, kw in {"autoregressive": dict(method="autoregressive"), **final}.items()}
     frames.append(bench.run_interleaved(rs, ch.bench_prompts, repeats=repeats).assign(temperature=temp))
 runs = pd.concat(frames, ignore_index=True)
 ch.save(runs, "eval_runs")
@@ -173,13 +167,7 @@ alphas = pd.concat([bench.pooled_alpha(runs[runs.temperature == t]).rename("alph
 overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")
 ch.save(by_task, "eval_by_task")
-g = sns.catplot(data=by_task, x="task", y="median", hue="runner", col="temperature", kind="bar", height=4,
-                aspect=1.5, errorbar=None)
-for ax in g.axes.flat:
-    ax.axhline(1.0, color="k", lw=1)
-    ax.tick_params(axis="x", rotation=25)
-g.set_axis_labels("", "speedup over autoregressive (median, paired)")
-ch.savefig(g, "eval_by_task")
+ch.savefig(figures.speedup_by_task(by_task, y="median", hue="runner"), "eval_by_task")
 overall.round(3)
 
 # %% [markdown]
