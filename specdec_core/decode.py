@@ -187,10 +187,10 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
     generator = make_generator(device, seed)
     rule_kw = {} if rule is None else {"rule": rule}  # else each method's default rule
     if method == "autoregressive":
-        phases = Autoregressive(params, generator, steps=mode)
+        phases = Autoregressive(params, generator, step_mode=mode)
     elif method == "tree":
         shape = resolve_shape(tree, k)
-        phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, steps=mode, **rule_kw)
+        phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, step_mode=mode, **rule_kw)
     else:
-        phases = Linear(params, generator, drafter, k, name=method, confidence=theta, steps=mode, **rule_kw)
-    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method), steps=mode)
+        phases = Linear(params, generator, drafter, k, name=method, confidence=theta, step_mode=mode, **rule_kw)
+    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method), step_mode=mode)

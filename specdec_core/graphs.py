@@ -95,7 +95,7 @@ class StepGraphs:
             torch.cuda.set_sync_debug_mode(before)
             here.wait_stream(side)
             self.uncaptured[key] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            warnings.warn(f"a step of shape {key} is not captured in a CUDA graph (it runs static, uncaptured): "
+            warnings.warn(f"a model's steps are not captured in CUDA graphs (they run static, uncaptured): "
                           f"{self.uncaptured[key]}", stacklevel=4)
             return False
         self.captured[key] = (graph, out)

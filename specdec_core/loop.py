@@ -47,15 +47,15 @@ class Verdict:
 
 
 class Method:
-    """A decoding method: its four phases. ``params`` and ``generator`` are the run's; ``steps``, how the drafter's
-    passes run (:mod:`specdec_core.graphs`; the run's mode)."""
+    """A decoding method: its four phases. ``params`` and ``generator`` are the run's; ``step_mode``, how the
+    drafter's passes run (:mod:`specdec_core.graphs`; the run's)."""
 
     name = "method"
 
-    def __init__(self, params: SamplingParams, generator: torch.Generator, steps: str = "eager"):
+    def __init__(self, params: SamplingParams, generator: torch.Generator, step_mode: str = "eager"):
         self.params = params
         self.generator = generator
-        self.steps = steps
+        self.step_mode = step_mode
 
     def start(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -91,8 +91,8 @@ class Linear(Method):
     With a :class:`~specdec_core.drafters.BlockDrafter` the chain comes from one draft pass ("parallel")."""
 
     def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear",
-                 confidence: float | None = None, steps: str = "eager"):
-        super().__init__(params, generator, steps)
+                 confidence: float | None = None, step_mode: str = "eager"):
+        super().__init__(params, generator, step_mode)
         self.drafter = drafter
         self.k = k  # the most tokens a step drafts
         self.rule = rule  # the accept rule when sampling
@@ -100,7 +100,7 @@ class Linear(Method):
         self.confidence = confidence
 
     def start(self, prompt, capacity):
-        self.drafter.use_steps(self.steps)
+        self.drafter.use_steps(self.step_mode)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):  # with a confidence, the draft stops itself: k is then the most it drafts
@@ -136,8 +136,8 @@ class TreeSearch(Method):
     name = "tree"
 
     def __init__(self, params, generator, drafter, k: int, shape, rule=tree_speculative_sample, confidence=None,
-                 steps: str = "eager"):
-        super().__init__(params, generator, steps)
+                 step_mode: str = "eager"):
+        super().__init__(params, generator, step_mode)
         self.drafter = drafter
         self.k = k  # the deepest a step's tree grows
         self.shape = shape
@@ -145,7 +145,7 @@ class TreeSearch(Method):
         self.confidence = confidence
 
     def start(self, prompt, capacity):
-        self.drafter.use_steps(self.steps)
+        self.drafter.use_steps(self.step_mode)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):
@@ -198,7 +198,7 @@ class Run:
     eos: set[int]  # token ids that end the answer
     capacity: int  # positions of the target's KV cache
     stats: Stats  # the run record, filled as the steps go
-    steps: str = "eager"  # how the target's passes after the prefill run (specdec_core.graphs)
+    step_mode: str = "eager"  # how the target's passes after the prefill run (specdec_core.graphs)
 
 
 def steps(run: Run) -> Iterator[list[int]]:
@@ -207,7 +207,7 @@ def steps(run: Run) -> Iterator[list[int]]:
     ``token_times`` include any time the consumer spends between steps)."""
     method = run.method
     stats = run.stats
-    with borrowed(run.target, run.capacity, run.steps) as lm:  # eager: a new CachedLM; else one kept with its steps
+    with borrowed(run.target, run.capacity, run.step_mode) as lm:  # eager: a new CachedLM; else one kept
         clock = Clock(stats, lm.device)
         method.start(run.prompt, run.capacity)
         with clock.phase("prefill"):
