@@ -30,10 +30,10 @@ IDLE_MAX = 4  # static CachedLMs kept per model between decodes (the most recent
 class StepInputs:
     """One step shape's input buffers: fixed addresses, refilled before each pass (a graph reads them at replay)."""
 
-    ids: torch.Tensor  # [1, T] token ids
-    positions: torch.Tensor  # [1, T] rotary positions
-    slots: torch.Tensor  # [T] the cache slots written (also the pass's cache_position)
-    mask: torch.Tensor  # [1, 1, T, capacity] additive: 0 = attend, dtype-min = blocked
+    ids: torch.Tensor  # [1, T] token ids ([B, T] for a batch, serving.cache.BatchLM)
+    positions: torch.Tensor  # [1, T] rotary positions ([B, T])
+    slots: torch.Tensor  # [T] the cache slots written, also the pass's cache_position ([B, T])
+    mask: torch.Tensor  # [1, 1, T, capacity] additive: 0 = attend, dtype-min = blocked ([B, 1, T, capacity])
 
 
 def sized(capacity: int, steps: str) -> int:

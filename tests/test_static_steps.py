@@ -15,7 +15,9 @@ positions, slots and mask in input buffers. On CPU, ``graphs=True`` runs that pa
 - ``graphs`` other than "auto", True or False is refused, naming it.
 """
 import dataclasses
+import gc
 import itertools
+import weakref
 
 import pytest
 import torch
@@ -214,6 +216,23 @@ def test_two_open_streams_never_share_a_static_cache(toy16):
     assert [out_a, out_b] == alone
     kept = lm_module._IDLE.get(toy16.target, [])
     assert kept and all(lm.model is None and lm.steps == "static" for lm in kept)  # they do not hold the model
+
+
+def test_static_caches_are_kept_between_decodes_without_keeping_the_model():
+    """A decode with graphs=True borrows the static cache (and its captured steps) an earlier decode of a nearby
+    length left; the kept caches do not keep the model alive."""
+    pair = sd.toy_pair(vocab_size=16, seed=2)
+    target = pair.target
+    del pair
+    sd.generate(target, PROMPT, max_new_tokens=8, graphs=True)
+    [lm] = lm_module._IDLE[target]
+    shapes = set(lm._inputs)
+    sd.generate(target, PROMPT[:6], max_new_tokens=12, graphs=True)
+    assert lm_module._IDLE[target] == [lm] and shapes and set(lm._inputs) == shapes  # the same steps, replayed
+    alive = weakref.ref(target)
+    del target
+    gc.collect()
+    assert alive() is None
 
 
 @pytest.mark.parametrize("method, drafter", [("autoregressive", None), ("linear", "model"), ("linear", "ngram"),

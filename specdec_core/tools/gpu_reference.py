@@ -44,7 +44,7 @@ import specdec_core as sd
 from ..adaptive import hybrid_of
 from ..data.prompts import encode, load_prompts
 from ..lm import CachedLM, sized
-from ..models import hub, shipped
+from ..models import calibration, hub, shipped
 from ..models.draft import DraftModel
 from ..models.shipped import load_model_draft
 from ..paths import REFERENCE_DIR, rel
@@ -551,7 +551,9 @@ def stage_graphs(run: Run) -> None:
         run.save("graphs", pd.DataFrame([dict(runner="(none)", status=f"skipped: {source}")]))
         run.notes["graphs"] = f"skipped: {source}"
         return
-    pair = hub.Pair(pair.target, pair.tokenizer, {**hybrid_of(pair.drafters), **pair.drafters}, pair.name)
+    extra = hybrid_of(pair.drafters)  # a pair from the GGUF file has none: made and calibrated as load_pair does
+    calibration.attach(extra, getattr(pair.drafters.get("model"), "calibration", None))
+    pair = hub.Pair(pair.target, pair.tokenizer, {**extra, **pair.drafters}, pair.name)
     prompts = prompts[: sz.graphs_prompts]
     methods, notes = headline_methods(pair)
     n = sz.embedded_tokens
@@ -684,7 +686,8 @@ def split_file(path, out_dir, parts: int | None = None, max_mib: float = 24.0) -
             part.write_bytes(f.read(step))
             listed.append(dict(file=part.name, size=part.stat().st_size, sha256=_sha256(part)))
     manifest = out_dir / f"{path.name}.parts.json"
-    manifest.write_text(json.dumps(dict(name=path.name, size=size, sha256=_sha256(path), parts=listed), indent=1) + "\n")
+    spec = dict(name=path.name, size=size, sha256=_sha256(path), parts=listed)
+    manifest.write_text(json.dumps(spec, indent=1) + "\n")
     return manifest
 
 
