@@ -40,6 +40,11 @@ k = 4                     # draft length of the verification passes
 tree_sizes = [1, 8, 32, 64]
 rejection_steps = 200     # steps of an always-rejected speculative loop
 flat_tolerance = 0.2      # "flat": long rollbacks cost within this fraction of the median of short ones
+noise_mb = 16.0           # memory in use may vary by this many MB without a leak (allocator, process) ...
+noise_share = 0.1         # ... or by this share of the cache, whichever is larger
+loop_caches = 8           # the library's always-rejected loop may grow memory in use by this many caches + noise_mb
+wrong_alpha = 0.05        # an always-wrong drafter's acceptance stays below this ...
+wrong_passes = 0.9        # ... and its loop makes at least this many target passes per new token
 threads = 1               # CPU threads (0: torch's default). Nothing here needs speed, and one thread is
                           # immune to the thread-wake-up stalls of a shared machine (see chapter 1)
 out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
@@ -296,7 +301,7 @@ print(f"{rejection_steps} steps: the buffers {'never moved' if trace.same_buffer
       f"throughout, memory in use varied by {growth_mb:.1f} MB after warm-up")
 assert trace.same_buffers.all() and (trace.cache_mb == nbytes2 / 1e6).all()
 assert list(trace.length) == list(range(base_length + 1, base_length + rejection_steps + 1))
-assert growth_mb < max(16.0, 0.1 * nbytes2 / 1e6), f"memory in use grew by {growth_mb:.1f} MB"
+assert growth_mb < max(noise_mb, noise_share * nbytes2 / 1e6), f"memory in use grew by {growth_mb:.1f} MB"
 
 
 # %%
@@ -319,8 +324,8 @@ cache_mb = KVCache(cfg, ids.numel() + n_new + k + 1, dt, "meta").nbytes() / 1e6
 st = res.stats
 print(f"library loop: {st['new_tokens']} tokens in {st['target_passes']} target passes, acceptance "
       f"{st['alpha']:.3f}; memory in use grew by {grown:.1f} MB (its cache: {cache_mb:.1f} MB)")
-assert st["alpha"] < 0.05 and st["target_passes"] >= 0.9 * st["new_tokens"]
-assert grown < 8 * cache_mb + 16, f"the library's loop grew memory in use by {grown:.1f} MB"
+assert st["alpha"] < wrong_alpha and st["target_passes"] >= wrong_passes * st["new_tokens"]
+assert grown < loop_caches * cache_mb + noise_mb, f"the library's loop grew memory in use by {grown:.1f} MB"
 
 # %% [markdown]
 # ## Summary
