@@ -41,6 +41,7 @@ k_ngram = 4                    # prompt lookup's K (chapter 6's setting, fixed b
 k_model = 3                    # the model draft's K (its model card's sweep on held-out training prompts)
 pass_repeats = 5               # rounds timing the single-sequence passes t(T) of the cost model
 stream_prompts = 3             # prompts decoded one at a time for the streaming section
+check_batch = 8                # the batch size whose autoregressive speed is set against B 1 and its requests one by one
 out_dir = "../build/book/09_serving"
 
 # %%
@@ -64,9 +65,9 @@ print(ch)
 # ## The methods, fixed before measuring
 # Autoregressive decoding, linear speculative decoding with prompt lookup (the n-gram drafter, no model)
 # and with the shipped draft model, each at a K chosen before this chapter ran. A fourth runner decodes
-# one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1, and, when 8 is
-# one of `batch_sizes`, a fifth serves the eight requests of the B = 8 batch one after another, to see what the
-# batch buys.
+# one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1, and, when
+# `check_batch` (8) is one of `batch_sizes`, a fifth serves the requests of that batch one after another, to see
+# what the batch buys.
 
 # %%
 methods = {
@@ -74,8 +75,8 @@ methods = {
     "linear, n-gram": dict(method="linear", drafter=pair.drafters["ngram"], k=k_ngram),
     "linear, model draft": dict(method="linear", drafter=pair.drafters["model"], k=k_model),
     "generate (one sequence)": dict(method="autoregressive", single=True),
-    # the same B = 8 requests without a batch: generate on each in turn (what a server without batching does)
-    "generate, one request at a time": dict(method="autoregressive", one_at_a_time=True, at=[8]),
+    # the same B = check_batch requests without a batch: generate on each in turn (a server without batching)
+    "generate, one request at a time": dict(method="autoregressive", one_at_a_time=True, at=[check_batch]),
 }
 K = {"linear, n-gram": k_ngram, "linear, model draft": k_model}
 runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats,
@@ -123,8 +124,8 @@ ch.savefig(fig, "throughput_vs_batch")
 
 # %% [markdown]
 # Up to three numbers of this run decide whether batching works here at all: the batch path at B = 1 against
-# the single-sequence decoder (the cost of the per-row bookkeeping and the 4D mask), and, when B = 8 ran,
-# autoregressive decoding at B = 8 against B = 1 and against the same eight requests served one at a time (what
+# the single-sequence decoder (the cost of the per-row bookkeeping and the 4D mask), and, when B = `check_batch` (8)
+# ran, autoregressive decoding at that B against B = 1 and against the same requests served one at a time (what
 # a batch buys before any speculation). Tokens per second count every token of every row over the whole call,
 # prefill included; the decode loop alone (the tokens after each row's first, over the time after the prefill)
 # is printed beside them, so the prefill's share of each ratio can be read off.
@@ -138,10 +139,10 @@ def paired(a: str, b: str, Ba: int, Bb: int, col: str = "tokens_per_s") -> pd.Se
 
 
 checks = {"batch path ÷ generate, B = 1": ("autoregressive", "generate (one sequence)", 1, 1)}
-if 8 in batch_sizes:
-    checks["autoregressive B = 8 ÷ B = 1"] = ("autoregressive", "autoregressive", 8, 1)
-    checks["autoregressive B = 8 ÷ the same 8 requests one at a time"] = (
-        "autoregressive", "generate, one request at a time", 8, 8)
+if check_batch in batch_sizes:
+    checks[f"autoregressive B = {check_batch} ÷ B = 1"] = ("autoregressive", "autoregressive", check_batch, 1)
+    checks[f"autoregressive B = {check_batch} ÷ the same {check_batch} requests one at a time"] = (
+        "autoregressive", "generate, one request at a time", check_batch, check_batch)
 display(Markdown("\n".join(f"- {name}: {report.ratio_phrase(paired(*c))}; decode loop alone "
                             f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))}"
                             for name, c in checks.items())))
