@@ -27,7 +27,7 @@ device = "cpu"           # "cpu", "cuda" or "auto"
 out_dir = "../build/book/00_quickstart"  # figures and tables land here
 
 # %% [markdown]
-# Every chapter starts with the same set-up, `specdec_core.study.book.setup`: the plotting theme, the output
+# Every chapter starts with the same set-up, `specdec_core.tools.book.setup`: the plotting theme, the output
 # folder, the thread count, the model pair (target, tokenizer and drafters) and, where a chapter needs them,
 # the evaluation prompts encoded with the chat template. Here it loads the pair alone.
 
@@ -38,7 +38,7 @@ import pandas as pd
 import seaborn as sns
 
 import specdec_core as sd
-from specdec_core.study import book
+from specdec_core.tools import book
 
 ch = book.setup(out_dir, model, device=device)
 pair, out = ch.pair, ch.out

@@ -70,7 +70,8 @@ import torch
 from IPython.display import Markdown
 
 from specdec_core.lm import CachedLM
-from specdec_core.study import blas, book, gpu
+from specdec_core.study import blas, hardware
+from specdec_core.tools import book
 from specdec_core.study import profiling as pf
 
 ch = book.setup(out_dir, model, device=device, dtype=dtype, reference=True)  # CSVs tagged with the device
@@ -733,7 +734,7 @@ fails.round(3)
 # sits above its weight-streaming floor.
 
 # %%
-gref = gpu.load_reference()
+gref = hardware.load_reference()
 if not gref:
     print("no GPU reference run under data/reference/cuda-*/: run `make gpu-reference` on a GPU machine")
 else:

@@ -58,7 +58,9 @@ from IPython.display import Markdown
 import specdec_core as sd
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import bench, book, drafteval, report, theory
+from specdec_core.study import bench, report, theory
+from specdec_core.models import shipped
+from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
@@ -322,7 +324,7 @@ if curve_path.exists():
                      f"Predicted speedup at the largest size: {g.predicted.iloc[-1]:.2f}× at K = {int(g.best_k.iloc[-1])} "
                      f"(c = {cj['costs'][str(L)]['c']:.3f}).")
     choice = cj["ship_rule_choice"]
-    now_at = drafteval.drafted_point()  # the draft shipped now (its config), against the rule's choice
+    now_at = shipped.drafted_point()  # the draft shipped now (its config), against the rule's choice
     lines.append(f"- **The rule fixed before measuring the mix** ({cj['ship_rule']}) picks {choice['layers']} layer(s) "
                  f"on {choice['tokens'] / 1e3:.0f}k tokens. The draft shipped when the curve ran ({sh['layers']} "
                  f"layer(s), {sh['tokens'] / 1e3:.0f}k tokens) has eval α {sh['eval']['all']['greedy_alpha']:.3f}; "

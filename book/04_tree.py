@@ -75,7 +75,8 @@ import specdec_core as sd
 from specdec_core import tree as T
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams
-from specdec_core.study import bench, book, report
+from specdec_core.study import bench, report
+from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 from specdec_core.study import profiling as pf
 from specdec_core.study import treesearch as ts

@@ -76,7 +76,8 @@ from specdec_core.lm import CachedLM
 from specdec_core.models.block import load_block
 from specdec_core.models.draft import load_draft
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import bench, book, report
+from specdec_core.study import bench, report
+from specdec_core.tools import book
 from specdec_core.study import figures
 from specdec_core.study.exactness import excused, first_divergence
 from specdec_core.train.block import block_batch

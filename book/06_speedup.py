@@ -68,7 +68,8 @@ from IPython.display import Markdown
 
 import specdec_core as sd
 from specdec_core.study import figures
-from specdec_core.study import bench, book, gpu, peers, report, theory
+from specdec_core.study import bench, hardware, peers, report, theory
+from specdec_core.tools import book
 
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
@@ -326,15 +327,15 @@ if "linear (draft model)" in methods:
 # pair was decoded there.
 
 # %%
-gref = gpu.load_reference()
+gref = hardware.load_reference()
 g0_lin = runs[(runs.temperature == 0.0) & (runs.runner == "linear (draft model)")]
 if not gref or g0_lin.empty:
     print("skipped:", "no GPU reference run under data/reference/cuda-*/" if not gref
           else "no greedy linear run with the draft model in `methods`")
 else:
     alpha_run = float(bench.pooled_alpha(g0_lin).iloc[0])
-    by_device = gpu.speedup_by_device(alpha_run, range(1, 9), {f"{ch.tag} (this run) / core": (
-        costs["c"], costs["verify_ratio"]), **gpu.reference_costs(gref)})
+    by_device = hardware.speedup_by_device(alpha_run, range(1, 9), {f"{ch.tag} (this run) / core": (
+        costs["c"], costs["verify_ratio"]), **hardware.reference_costs(gref)})
     ch.save(by_device, "gpu_predicted_k")
     fig, ax = plt.subplots(figsize=(7, 4))
     sns.lineplot(data=by_device, x="K", y="predicted_speedup", hue="source", marker="o", ax=ax)

@@ -63,7 +63,7 @@ import specdec_core as sd
 from specdec_core.drafters import Draft, Drafter
 from specdec_core.kvcache import KVCache
 from specdec_core.lm import CachedLM
-from specdec_core.study import book
+from specdec_core.tools import book
 from specdec_core.study import profiling as pf
 from specdec_core.tree import attention_bias
 

@@ -62,8 +62,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from specdec_core.adaptive import calibrate
-from specdec_core.study import bench, book, drafteval, report
+from specdec_core.study import calibrate
+from specdec_core.study import bench, report
+from specdec_core.data.prompts import sweep_prompts
+from specdec_core.tools import book
 from specdec_core.study import figures
 from specdec_core.study import exactness as ex
 
@@ -80,10 +82,10 @@ print(ch)
 # hybrid and the chooser (`pair.drafters["adaptive"]`, lookup or the model from the acceptance each has had in
 # the sequence so far). The best of each family is taken from this table and nothing else. This is what
 # `scripts/calibrate_confidence.py` runs, at its own size, to store the θ that `confidence="auto"` reads
-# (`specdec_core.adaptive.calibrate`).
+# (`specdec_core.study.calibrate`).
 
 # %%
-tune_set = drafteval.sweep_prompts(pair, tune_prompts)
+tune_set = sweep_prompts(pair, tune_prompts)
 cand = calibrate.candidates(fixed_ks, thetas, k_max)
 tune, tr = calibrate.tune(pair, tune_set, cand, max_new_tokens, repeats=tune_repeats)
 ch.save(tune, "tune_runs")

@@ -52,7 +52,8 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 import specdec_core as sd
-from specdec_core.study import book, report
+from specdec_core.study import report
+from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 from specdec_core.study import serving as sv
 

@@ -65,7 +65,8 @@ import seaborn as sns
 from IPython.display import Markdown
 
 import specdec_core as sd
-from specdec_core.study import bench, book, curves, gpu, report, theory
+from specdec_core.study import bench, curves, hardware, report, theory
+from specdec_core.tools import book
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks, prompt_file=prompt_file)
 pair, prompts = ch.pair, ch.bench_prompts
@@ -274,8 +275,8 @@ report.shown(need.pivot_table(index="speedup", columns="K", values=["predicted_a
 # decoder would reach there. These are predictions from measured pass costs, not measured speedups.
 
 # %%
-gref = gpu.load_reference()
-graph = {src: v for src, v in gpu.reference_costs(gref).items() if src.endswith("/ graph")} if gref else {}
+gref = hardware.load_reference()
+graph = {src: v for src, v in hardware.reference_costs(gref).items() if src.endswith("/ graph")} if gref else {}
 if not graph:
     print("no GPU reference run with graph-mode pass costs under data/reference/cuda-*/: this section has no curve")
 else:
