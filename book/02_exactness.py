@@ -66,6 +66,14 @@ epsilon = 0.01               # equivalence margin: the notebook asserts TV(sampl
 calibration_sims = 2000      # multinomial repetitions under the exact law (the test's own calibration)
 power_tvs = [0.01, 0.02]     # TVs for the power analysis
 power_target = 0.99
+power_check_tv = 0.05       # the analytic power is checked by simulation at this TV ...
+power_check_power = 0.8     # ... at the N where the analytic power is this ...
+power_check_runs = 400      # ... over this many simulated samples ...
+power_check_tolerance = 0.1  # ... and simulation and analysis must agree within this
+interval_confidence = 0.99  # confidence of the binomial intervals the acceptance and calibration checks use
+second_level = 0.05         # the calibration checks this nominal level beside alpha
+min_calibration_runs = 200  # the calibration needs at least this many runs of each source
+min_power_reps = 10         # from this many mutant_reps on, the analytic power must reach power_target too
 # negative controls (specdec_core.study.mutants.CONTROLS)
 mutants = ["residual_from_p", "no_bonus", "bonus_wrong_row", "raw_logits_q", "no_min_residual",
            "accept_with_p", "typical_acceptance", "no_bonus_literal", "no_min_literal"]
@@ -175,8 +183,9 @@ for i in range(n_rule):
     toks, n_acc = speculative_sample(drafts[i:i + 1], q0[None], P2, gen)
     emitted[i], accepted[i] = int(toks[0]), n_acc == 1
 rule_gof = ex.gof_test(np.bincount(emitted, minlength=V), p0.numpy(), min_expected)
-lo, hi = ex.binomial_interval(int(accepted.sum()), n_rule, 0.99)
-print(f"α = Σ min(p, q) = {alpha0:.4f};  measured acceptance {accepted.mean():.4f} (99% CI {lo:.4f}–{hi:.4f})")
+lo, hi = ex.binomial_interval(int(accepted.sum()), n_rule, interval_confidence)
+print(f"α = Σ min(p, q) = {alpha0:.4f};  measured acceptance {accepted.mean():.4f} "
+      f"({interval_confidence:.0%} CI {lo:.4f}–{hi:.4f})")
 print(f"emitted first token vs p: X² = {rule_gof.statistic:.1f}, df = {rule_gof.df}, p-value = {rule_gof.pvalue:.3f}")
 assert lo <= alpha0 <= hi, "measured acceptance disagrees with α = Σ min(p, q)"
 assert rule_gof.pvalue > alpha, "the rule's emitted token does not follow p"
@@ -309,7 +318,7 @@ print(power_df.pivot(index="law", columns="tv", values="N_needed").to_string())
 
 Ns = np.unique(np.geomspace(100, 3e5, 60).astype(int))
 curves = []
-for tv in sorted({*power_tvs, 0.05}):
+for tv in sorted({*power_tvs, power_check_tv}):
     for name, law in [(settings[0]["name"] + f", n={seq_len}", laws[settings[0]["name"]]),
                       (f"{exact_setting['name']}, n={exact_len}", exact_law)]:
         for m in Ns:
@@ -317,12 +326,12 @@ for tv in sorted({*power_tvs, 0.05}):
                                power=ex.power(tv, m, max(ex.pooled_df(law, m, min_expected), 1), alpha)))
 curves = pd.DataFrame(curves)
 # check one point by simulation: multinomial samples from the least favourable law
-tv_chk = 0.05
-N_chk = ex.samples_needed(tv_chk, exact_law, alpha, 0.8, min_expected)  # where the analytic power is ≈ 0.8
+tv_chk = power_check_tv
+N_chk = ex.samples_needed(tv_chk, exact_law, alpha, power_check_power, min_expected)  # analytic power ≈ power_check_power
 lf = ex.least_favourable(exact_law, tv_chk)
-sim_power = float((ex.simulate_pvalues(exact_law, lf, N_chk, 400, seed0, min_expected) < alpha).mean())
+sim_power = float((ex.simulate_pvalues(exact_law, lf, N_chk, power_check_runs, seed0, min_expected) < alpha).mean())
 ana_power = ex.power(tv_chk, N_chk, ex.pooled_df(exact_law, N_chk, min_expected), alpha)
-print(f"check: TV = {tv_chk}, N = {N_chk}: analytic power {ana_power:.3f}, simulated {sim_power:.3f} (400 runs)")
+print(f"check: TV = {tv_chk}, N = {N_chk}: analytic power {ana_power:.3f}, simulated {sim_power:.3f} ({power_check_runs} runs)")
 fig, ax = plt.subplots(figsize=(8, 3.8))
 sns.lineplot(curves, x="N", y="power", hue="tv", style="law", ax=ax)
 ax.axhline(power_target, color="gray", ls=":")
@@ -334,7 +343,7 @@ ax.set(xscale="log", title=f"power of the level-{alpha} test against the least f
 ax.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
 ch.savefig(fig, "power_curves")
-assert abs(sim_power - ana_power) < 0.1, "the noncentral χ² power disagrees with simulation"
+assert abs(sim_power - ana_power) < power_check_tolerance, "the noncentral χ² power disagrees with simulation"
 
 # %% [markdown]
 # **Calibration.** A test is only as honest as its false-positive rate. Two checks: (a) the family's test
@@ -356,11 +365,11 @@ for name, law in laws.items():
 pv_sets[f"{exact_spec} sampler, {exact_setting['name']}, N={exact_n}"] = np.array(
     [ex.gof_test(np.bincount(c, minlength=V ** exact_len), exact_law, min_expected, seed=seed0 + r).pvalue
      for r, c in enumerate(exact_cells)])
-levels = sorted({alpha, 0.05})  # nominal levels checked against their binomial 99% intervals
+levels = sorted({alpha, second_level})  # nominal levels checked against their binomial intervals
 for name, pv in pv_sets.items():
     for a in levels:
         k_rej = int((pv < a).sum())
-        lo_r, hi_r = stats.binom.interval(0.99, len(pv), a)
+        lo_r, hi_r = stats.binom.interval(interval_confidence, len(pv), a)
         cal_rows.append(dict(source=name, runs=len(pv), level=a, rejections=k_rej, rate=k_rej / len(pv),
                              lo=lo_r / len(pv), hi=hi_r / len(pv), inside=bool(lo_r <= k_rej <= hi_r),
                              asymptotic="asymptotic" in name))
@@ -378,7 +387,8 @@ fig.suptitle("p-values of correct samplers (a calibrated test draws them uniform
 fig.tight_layout()
 ch.savefig(fig, "calibration_pvalues")
 calibrated = cal[~cal.asymptotic]
-assert calibration_sims >= 200 and len(exact_cells) >= 200, "calibration needs ≥ 200 runs"
+assert calibration_sims >= min_calibration_runs and len(exact_cells) >= min_calibration_runs, (
+    f"calibration needs ≥ {min_calibration_runs} runs")
 assert calibrated.inside.all(), calibrated[~calibrated.inside]
 
 # %% [markdown]
@@ -497,7 +507,7 @@ ax.legend(fontsize=8)
 fig.tight_layout()
 ch.savefig(fig, "mutants")
 assert (power_mut.caught == power_mut.reps).all(), power_mut[power_mut.caught < power_mut.reps]
-if mutant_reps >= 10:  # the full run: the analytic power at the CI size must reach the target too
+if mutant_reps >= min_power_reps:  # the full run: the analytic power at the CI size must reach the target too
     assert (power_mut.analytic_power_with_impossible >= power_target).all(), power_mut
 
 # %% [markdown]
