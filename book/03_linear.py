@@ -245,7 +245,10 @@ display(ratios.round(3))
 
 # %%
 curve_path = Path("../data/reference/draft_curve.json")
-if not curve_path.exists():
+show_curve = ch.own_pair and curve_path.exists()  # the curve is the shipped recipe's, not any other pair's
+if not ch.own_pair:
+    ch.skip("the learning curve", "it is the shipped draft's recipe (data/reference/draft_curve.json), not this pair's")
+elif not curve_path.exists():
     print(f"no learning-curve run at {curve_path}: python scripts/draft_curve.py writes it")
 else:
     cj = json.loads(curve_path.read_text())
@@ -301,7 +304,7 @@ else:
 # What the committed curve says, computed from its table (greedy α on the evaluation mix unless said):
 
 # %%
-if curve_path.exists():
+if show_curve:
     lines = []
     for L, g in g_.groupby("layers"):
         g = g.sort_values("tokens")
@@ -381,6 +384,7 @@ for temp_ in temperatures:
                                                    " is the steadier here."))
 lines.append(f"- **Exact**: {len(diverged)} greedy divergence(s) in {int((acc.temperature == 0).sum())} greedy runs"
              + (" (each at a float32 near-tie)." if diverged else "."))
+lines += [ch.skipped_summary()] if ch.skipped else []
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]

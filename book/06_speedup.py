@@ -50,6 +50,13 @@ sweep = {                     # name -> (generate() arguments, list of K)
     "tree (draft model)": [{"method": "tree", "drafter": "model", "tree": "default"}, [2, 3, 4, 5]],
     "parallel (block)": [{"method": "parallel", "drafter": "block"}, [2, 4, 6, 8]],
 }
+# a pair with nothing stored with its draft (a pair of one's own): K and θ chosen again on held-out training
+# prompts, as scripts/calibrate_confidence.py chose the shipped draft's (chapter 8's procedure)
+choose_prompts = 6            # held-out training prompts
+choose_ks = [1, 2, 3, 4]      # fixed K candidates
+choose_thetas = [0.5, 0.7]    # θ candidates, each with up to choose_k_max tokens a step
+choose_k_max = 6
+choose_tokens = 64            # tokens decoded per prompt while choosing
 theory_tolerance = 0.10       # linear SD: |measured − predicted| / predicted should stay below this
 finest_tolerance = 0.25       # a theory_tolerance above this checks nothing finer than a bug (the summary says so)
 assert_theory = False         # True: a disagreement beyond the tolerance stops the notebook (else it is reported)
@@ -68,15 +75,22 @@ from IPython.display import Markdown
 
 import specdec_core as sd
 from specdec_core.study import figures
-from specdec_core.study import bench, hardware, peers, report, theory
+from specdec_core.study import bench, calibrate, hardware, peers, report, theory
 from specdec_core.tools import book
 
 
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
+wants_stored = any("auto" in (spec.get("k"), spec.get("confidence")) for spec in methods.values())
+if wants_stored and "model" in pair.drafters and getattr(pair.drafters["model"], "calibration", None) is None:
+    rec, took = calibrate.calibrate_pair(pair, sd.prompts.sweep_prompts(pair, choose_prompts), choose_ks, choose_thetas,
+                                         choose_k_max, choose_tokens)
+    print(f"nothing stored with this pair's draft: chose fixed K = {rec['fixed_k']} and θ "
+          + ", ".join(f"{d} {v}" for d, v in rec["theta"].items())
+          + f" on {choose_prompts} held-out training prompts in {took:.0f} s (chapter 8's procedure)")
 for name in [n for n, spec in methods.items() if bench.unrunnable(pair, spec)]:
-    print(f"skipped {name}: {bench.unrunnable(pair, methods.pop(name))}")
+    ch.skip(name, bench.unrunnable(pair, methods.pop(name)))
 methods = {name: bench.stored_k(pair, spec) for name, spec in methods.items()}  # "k": "auto" → the stored K
 sweep = {name: v for name, v in sweep.items() if v[0]["drafter"] in pair.drafters}
 print(ch)
@@ -415,7 +429,7 @@ if len(temperatures) > 1:
 lines.append(f"- **Losses**: {len(losses)} of {n_cases} (speculative method, prompt, temperature) cases have a median "
              f"ratio below 1 over {report.count(repeats, 'repeat')} (the losses table, per method).")
 ref_csv = Path("../data/reference/book/06_speedup/summary.csv")
-if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
+if ch.own_pair and ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full run, for comparison
     ref = pd.read_csv(ref_csv)
     rn = ref[(ref.temperature == 0.0) & (ref.method == "linear (n-gram)")].set_index("task")
     if len(rn):
@@ -423,6 +437,7 @@ if ref_csv.exists() and "linear (n-gram)" in set(s0.method):  # the last full ru
         lines.append(f"- **Against the full reference run**: its n-gram drafter gained most on {rn.speedup.idxmax()} "
                      f"({rn.speedup.max():.2f}×); this run {'agrees' if same else 'disagrees'}"
                      + ("." if same else f" ({best_task})."))
+lines += [ch.skipped_summary()] if ch.skipped else []
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]

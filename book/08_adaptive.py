@@ -43,6 +43,7 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m"        # embedded name, Hugging Face id or path
+draft = None                  # optional draft id/path (default: the shipped draft)
 tune_prompts = 6              # held-out training prompts for choosing K and θ
 per_task = 1                  # evaluation prompts per task
 tasks = None                  # None: all six tasks; or a list of them, e.g. ["qa", "rag"]
@@ -69,7 +70,7 @@ from specdec_core.tools import book
 from specdec_core.study import figures
 from specdec_core.study import exactness as ex
 
-ch = book.setup(out_dir, model, device=device, per_task=per_task, tasks=tasks,
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
                 need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
 print(ch)

@@ -100,6 +100,9 @@ def pair_settings(pair_file: str | None, **given) -> dict[str, str]:
                              f"{sorted(loaded) if isinstance(loaded, dict) else type(loaded).__name__}")
         settings.update({k: str(v) for k, v in loaded.items() if v is not None})
     settings.update({k: str(v) for k, v in given.items() if v})
+    for key in ("target", "draft"):  # chapters run in book/: a folder given relative to here must still be found
+        if key in settings and Path(settings[key]).expanduser().exists():
+            settings[key] = str(Path(settings[key]).expanduser().resolve())
     if settings.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"dtype {settings['dtype']!r}: use one of {DTYPES}")
     if settings.get("device", "cpu").split(":")[0] not in DEVICES:

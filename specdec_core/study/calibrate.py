@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+from ..models.calibration import attach
+from ..record import Timer
 from . import bench
 
 FAMILIES = ("model", "hybrid", "adaptive")  # drafters whose θ is tuned (a θ= candidate per family and θ)
@@ -44,7 +46,7 @@ def tune(pair, prompts, cands: dict[str, dict], max_new_tokens: int, repeats: in
     """Run every candidate and autoregressive decoding (greedy, interleaved) on ``prompts``; returns the raw runs
     and a table indexed by candidate: paired speedup (median, q25, q75, n), α, drafted tokens per step,
     ``family`` and ``setting``."""
-    
+
     def runner(kw):
         return bench.decode_runner(pair.target, max_new_tokens, 0.0, **bench.method_kwargs(pair, kw))
 
@@ -78,3 +80,24 @@ def record(table, chosen: dict[str, str], cost: float, k_max: int, **meta) -> di
     return dict(method="linear", k_max=k_max, theta=theta, fixed_k=int(chosen["fixed K"].split("K=")[1]),
                 cost=round(cost, 4), **meta,
                 table=json.loads(table.reset_index().round(4).to_json(orient="records", force_ascii=False)))
+
+
+def calibrate_pair(pair, prompts, fixed_ks, thetas, k_max: int, max_new_tokens: int, repeats: int = 1) -> tuple[dict, float]:
+    """For a pair with nothing stored with its draft (a pair of one's own): choose the fixed K and each family's θ on
+    ``prompts`` (held-out *training* prompts, :func:`specdec_core.data.prompts.sweep_prompts`) as
+    ``scripts/calibrate_confidence.py`` does for the shipped draft, and attach the choice to ``pair.drafters`` in
+    memory (``"k": "auto"`` and ``confidence="auto"`` then read it; nothing is written). Returns the record and
+    the seconds the choice took."""
+    if "model" not in pair.drafters:
+        raise ValueError("choosing K and θ needs a model draft: this pair has none (load_pair(..., draft=...))")
+    timer = Timer(None)
+    t0 = timer.now()
+    cands = candidates(fixed_ks, thetas, k_max)
+    runs, table = tune(pair, prompts, cands, max_new_tokens, repeats=repeats)
+    chosen = choose(table)
+    rec = record(table, chosen, draft_cost(runs, chosen["fixed K"]), k_max, prompts=len(prompts),
+                 max_new_tokens=max_new_tokens)
+    attach(pair.drafters, rec)
+    if hasattr(pair.drafters.get("adaptive"), "cost"):
+        pair.drafters["adaptive"].cost = rec["cost"]
+    return rec, timer.now() - t0

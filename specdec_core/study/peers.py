@@ -11,6 +11,7 @@ import logging
 import torch
 
 from ..decode import eos_ids
+from ..models.draft import DraftModel
 from .exactness import setting_params
 
 
@@ -39,7 +40,8 @@ def hf_runner(target, max_new_tokens: int, temperature: float = 0.0, top_k: int 
 
 
 def hf_assistant(draft, target):
-    """A transformers ``LlamaForCausalLM`` equivalent of a :class:`~specdec_core.models.draft.DraftModel`.
+    """A transformers ``LlamaForCausalLM`` equivalent of a :class:`~specdec_core.models.draft.DraftModel` (any other
+    draft, a Hugging Face causal LM, is returned as it is).
 
     Same trunk weights, the target's embedding, and the *full-vocabulary* tied head: transformers cannot
     run a reduced-vocabulary draft as an assistant, so this is the closest runnable equivalent (its draft
@@ -47,6 +49,8 @@ def hf_assistant(draft, target):
     """
     from transformers import LlamaForCausalLM
 
+    if not isinstance(draft, DraftModel):  # a Hugging Face causal LM (a pair of one's own): an assistant as it is
+        return draft
     cfg = copy.deepcopy(draft.config)
     cfg.tie_word_embeddings = True
     m = LlamaForCausalLM(cfg)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..data.prompts import encode, load_prompts
-from ..models import load_pair, resolve_device
+from ..models import EMBEDDED, load_pair, resolve_device
 from ..study import profiling
 
 progress = profiling.progress_bar  # tqdm with few updates, and none in the executed book
@@ -78,6 +78,26 @@ class Chapter:
     encoded: list = field(default_factory=list)
     reference: bool = False
     load_s: float = 0.0
+    draft: str | None = None  # the draft model the chapter was given (None: the target's own drafters)
+    skipped: list = field(default_factory=list)  # (what, why) for each part this pair could not run
+
+    @property
+    def own_pair(self) -> bool:
+        """Whether this is the book's own pair: the embedded target with its shipped drafts. A pair of one's own
+        lacks what belongs to those drafts (a block draft, the θ and K stored with the draft, its learning curve,
+        the GGUF comparison): chapters :meth:`skip` those parts, or choose the settings again."""
+        return self.pair is not None and self.pair.name in EMBEDDED and self.draft is None
+
+    def skip(self, what: str, why: str) -> None:
+        """Skip ``what`` for this pair: printed now with its reason, listed again by :meth:`skipped_summary`."""
+        self.skipped.append((what, why))
+        print(f"skipped: {what} ({why})")
+
+    def skipped_summary(self) -> str:
+        """A summary's line naming every skipped part and why ("" when nothing was skipped)."""
+        if not self.skipped:
+            return ""
+        return "- **Skipped for this pair**: " + "; ".join(f"{what} ({why})" for what, why in self.skipped) + "."
 
     @property
     def tag(self) -> str:
@@ -149,7 +169,7 @@ def setup(out_dir, model: str | None = None, *, draft: str | None = None, device
     dt = profiling.resolve_dtype(dtype)
     if dev.type == "cpu" and threads:
         torch.set_num_threads(int(threads))
-    ch = Chapter(out=out, device=dev, dtype=dt, reference=reference)
+    ch = Chapter(out=out, device=dev, dtype=dt, reference=reference, draft=draft)
     if model is not None:
         t0 = time.perf_counter()
         ch.pair = load_pair(model, draft=draft, dtype=dt, device=dev)
