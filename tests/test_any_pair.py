@@ -1,7 +1,8 @@
 """The book on a pair of one's own, offline: a small random-weight Llama target and a smaller draft, both with the
 embedded target's tokenizer, saved with ``save_pretrained`` to a temporary folder, through ``scripts/run_book.py``
-at CI size (chapters 00, 03, 06 and 08). They execute, name the pair, skip what the pair lacks with a reason, and
-their greedy outputs equal autoregressive decoding (chapters 3 and 8 assert it; the first test checks it here)."""
+at CI size (chapters 00, 03, 06 and 08), rendered as a book. They execute, name the pair, skip what the pair lacks
+with a reason, and their greedy outputs equal autoregressive decoding (chapters 3 and 8 assert it; the first test
+checks it here); the rendered front page names both models."""
 from __future__ import annotations
 
 import json
@@ -56,7 +57,7 @@ def test_the_random_pair_decodes_exactly(random_pair):
 def test_chapters_run_on_a_pair_of_ones_own(random_pair, tmp_path):
     target, draft = random_pair
     out = tmp_path / "book"
-    proc = subprocess.run([sys.executable, "scripts/run_book.py", "--params", "ci", "--jobs", "2", "--out", str(out),
+    proc = subprocess.run([sys.executable, "scripts/run_book.py", "--params", "ci", "--html", "--out", str(out),
                            "--target", str(target), "--draft", str(draft), "--only", *CHAPTERS],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -68,3 +69,5 @@ def test_chapters_run_on_a_pair_of_ones_own(random_pair, tmp_path):
         assert "rand-target" in text, f"{stem} does not name the pair it ran on"
         if stem in ("03_linear", "06_speedup"):  # the shipped draft's curve; the block draft and stored settings
             assert "skipped: " in text and "Skipped for this pair" in text, f"{stem} skipped nothing it says"
+    front = (out / "index.html").read_text()  # make reproduce PARAMS=ci TARGET=… DRAFT=… renders a book naming them
+    assert str(target) in front and str(draft) in front
