@@ -442,14 +442,23 @@ further = [int(S) for S in knees.S if int(S) not in closer]
 print(f"  the correction moved the prediction closer to the measured knee at S = {', '.join(map(str, closer)) or 'none'}"
       + (f", further from it at S = {', '.join(map(str, further))}: there the two measured shortfalls do not explain "
          "the knee" if further else ""))
+def knee_claim(holds: bool, failure: str) -> None:
+    """The roofline's claim about the knee: asserted for the book's own target (where the chapter makes it);
+    for a pair of one's own, a miss is this model's finding, printed, not an error."""
+    if ch.own_pair:
+        assert holds, failure
+    elif not holds:
+        print(f"  for this model the roofline misses: {failure}")
+
+
 if k0.resolved:
-    assert within(k0.ideal_over_measured) or within(k0.corrected_over_measured), (
-        f"neither the ridge-point knee ({k0.knee_ideal:.1f}) nor the corrected one ({k0.knee_corrected:.1f}) is "
-        f"within x{knee_tolerance} of the measured knee ({k0.knee_measured:.1f})")
+    knee_claim(within(k0.ideal_over_measured) or within(k0.corrected_over_measured),
+               f"neither the ridge-point knee ({k0.knee_ideal:.1f}) nor the corrected one ({k0.knee_corrected:.1f}) is "
+               f"within x{knee_tolerance} of the measured knee ({k0.knee_measured:.1f})")
 else:  # flat through the largest T measured: the knee lies beyond it, and a prediction must say so too
     print(f"  the measured curve is still flat at T={T_max}: the knee lies beyond the range measured")
-    assert max(k0.knee_ideal, k0.knee_corrected) >= T_max / knee_tolerance, (
-        f"the curve is flat through T={T_max} but both predictions put the knee well below it")
+    knee_claim(max(k0.knee_ideal, k0.knee_corrected) >= T_max / knee_tolerance,
+               f"the curve is flat through T={T_max} but both predictions put the knee well below it")
 
 # %% [markdown]
 # ## 6. Why the one-token pass is slower than the weight-streaming floor

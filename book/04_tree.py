@@ -211,6 +211,9 @@ shapes.update({f"optimal n={n}": ("optimal", ts.optimal_tree(rank_p, n, max_dept
 shapes.update({f"dynamic n={n}": ("dynamic", T.Dynamic(budget=n, width=max(2, n // depth), topk=max(2, n // depth)))
                for n in dynamic_sizes})
 decoded = [f"chain k={depth}", "default"] + [f"optimal n={n}" for n in sizes] + [f"dynamic n={n}" for n in dynamic_sizes]
+for name in [n for n in decoded if isinstance(shapes[n][1], T.Tree) and shapes[n][1].n == 0]:
+    decoded.remove(name)  # a draft whose ranks never match gives every node zero value: nothing worth drafting
+    ch.skip(f"decoding {name}", "the measured rank profile gives every node zero value, so the tree is empty")
 
 rows = []
 for name, (family, sh) in shapes.items():
@@ -389,7 +392,10 @@ for r in tps.index:
 assert all(a >= b for r in ranks.values() for a, b in zip(ts.greedy_accept_lengths(shapes["default"][1], r),
                                                            ts.greedy_accept_lengths(shapes[f"chain k={depth}"][1], r)))
 # ... and, measured by decoding, the largest tree needs fewer target passes than the depth-k chain
-assert shape_df.measured_steps[f"optimal n={max(sizes)}"] < chain_k.measured_steps
+# (a draft that accepted nothing, as a random pair's, leaves every shape at one token a pass: equal, not fewer)
+largest = f"optimal n={max(sizes)}"
+if largest in decoded and chain_k.measured_accept > 0:
+    assert shape_df.measured_steps[largest] < chain_k.measured_steps
 # the replay from the draft's ranks reproduces what decoding measures: the number of target passes and the
 # accepted lengths (float32 only: a near-tie in the draft's logits may flip a rank)
 chk = shape_df.dropna(subset=["predicted_accept", "measured_accept"])
@@ -432,6 +438,7 @@ lines = [
         f"{r}: " + report.ratio_phrase_median(tps['median'][r], tps.q25[r], tps.q75[r], n=int(tps.n[r]))
         + f", emitting {tps.tau_ratio[r]:.2f}× its tokens per step" for r in tps.index) + ".",
 ]
+lines += [ch.skipped_summary()] if ch.skipped else []
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]

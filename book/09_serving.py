@@ -32,6 +32,7 @@
 
 # %% tags=["parameters"]
 model = "smollm2-135m"         # embedded name, Hugging Face id, or local path
+draft = None                   # optional draft id/path (default: the shipped draft)
 device = "cpu"                 # "cpu", "cuda" or "auto"
 per_task = 2                   # evaluation prompts per task; a batch of B takes B of them, cycling
 batch_sizes = [1, 2, 4, 8, 16, 32]
@@ -57,7 +58,7 @@ from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 from specdec_core.study import serving as sv
 
-ch = book.setup(out_dir, model, device=device, per_task=per_task, need=("model", "ngram"))
+ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, need=("model", "ngram"))
 pair, out = ch.pair, ch.out
 encoded = [ids for _, ids in ch.encoded]
 print(ch)

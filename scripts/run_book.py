@@ -143,6 +143,14 @@ def pair_parameters(settings: dict[str, str], names: set[str]) -> dict:
     return out
 
 
+def unrunnable_for(settings: dict[str, str], names: set[str]) -> str | None:
+    """Why a chapter cannot run on a pair of one's own, or None: a chapter with a ``block`` parameter studies the
+    block draft, which only the embedded target ships (``data/drafts/smollm2-135m-block``, ``scripts/train_block.py``)."""
+    if settings.get("target") and "block" in names:
+        return "it studies the block draft, which only the embedded target ships (data/drafts/smollm2-135m-block)"
+    return None
+
+
 def run_one(src: Path, out: Path, params: dict, params_name: str) -> Result:
     """Execute one notebook into ``out/notebooks``."""
     import jupytext
@@ -211,8 +219,15 @@ def main() -> int:
     srcs = notebooks(args.only)
     if args.jobs > 1:
         srcs = longest_first(srcs, out)
+    skipped: dict[str, str] = {}
     if pair:
         print(f"[book] pair: {', '.join(f'{k} {v}' for k, v in pair.items())} -> {out}", flush=True)
+        for src in list(srcs):
+            why = unrunnable_for(pair, chapter_parameters(src))
+            if why:
+                srcs.remove(src)
+                skipped[src.stem] = why
+                print(f"[book] skipped {src.name} for this pair: {why}", flush=True)
     jobs = [(src, out, dict(all_params.get(src.stem) or {}, **(pair_parameters(pair, chapter_parameters(src))
                                                               if pair else {}), out_dir=str(out / src.stem)),
              params_file.name) for src in srcs]
@@ -241,14 +256,15 @@ def main() -> int:
     executed = [out / "notebooks" / f"{r.stem}.ipynb" for r in results if r.status == "ok"]
     failed = [f"{r.stem}.py" for r in results if r.status == "failed"]
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
-    write_timings(out / "timings.csv", {r.stem: (r.seconds, r.status) for r in results})
+    write_timings(out / "timings.csv", {r.stem: (r.seconds, r.status) for r in results}
+                  | {stem: (0.0, "skipped") for stem in skipped})
     html_failed = False
     if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
         from specdec_core.tools.render import BookError, render_book
 
         t = time.perf_counter()
         try:
-            index = render_book(out, executed, params_name=args.params, failed=failed)
+            index = render_book(out, executed, params_name=args.params, failed=failed, skipped=skipped)
             print(f"[book] HTML: {index} (rendered in {time.perf_counter() - t:.0f} s)")
         except BookError as e:
             print(f"[book] HTML FAILED: {e}", file=sys.stderr)

@@ -68,3 +68,11 @@ def test_a_bad_pair_setting_is_refused_before_any_chapter_runs(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dtype", "float8", "--only", "00"], capture_output=True,
                           text=True, cwd=REPO_ROOT)
     assert proc.returncode == 2 and "dtype 'float8'" in proc.stderr
+
+
+def test_a_chapter_about_the_block_draft_is_left_out_for_a_pair_of_ones_own():
+    rb = _module()
+    names = rb.chapter_parameters(REPO_ROOT / "book" / "05_parallel.py")
+    assert "block draft" in rb.unrunnable_for({"target": "/my/target"}, names)
+    assert rb.unrunnable_for({}, names) is None and rb.unrunnable_for({"device": "cpu"}, names) is None
+    assert rb.unrunnable_for({"target": "/my/target"}, rb.chapter_parameters(REPO_ROOT / "book" / "06_speedup.py")) is None

@@ -310,7 +310,7 @@ def pair_rows(chapters: list[Chapter]) -> dict[str, str]:
 
 
 def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, src: Path,
-               info: dict[str, str]) -> str:
+               info: dict[str, str], skipped: dict[str, str] | None = None) -> str:
     """index.md: what the book is, chapter 6's headline (table, figure, theory check), the chapters (title,
     one-line summary, run time) and the run with its machine."""
     out = [f"# {TITLE}", "", ABOUT, "", "## The headline", ""]
@@ -335,6 +335,9 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
     for c in chapters:
         t = f"{c.seconds:.0f} s" if c.seconds is not None else ""
         out.append(f"| {{doc}}`{c.stem}` | {_md_escape(c.summary)} | {t} |")
+    if skipped:
+        out += ["", "Not run for this pair: " + "; ".join(f"`{stem}` ({why})" for stem, why in sorted(skipped.items()))
+                + "."]
     total = sum(c.seconds or 0 for c in chapters)
     ends = [c.nb.metadata.get("papermill", {}).get("end_time", "") for c in chapters]
     when = max(ends)[:16].replace("T", " ") if any(ends) else datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -410,18 +413,19 @@ def publish(html: Path, run_dir: Path) -> None:
 
 def render_book(run_dir: Path | str, notebooks: list[Path] | None = None, *, params_name: str | None = None,
                 failed: list[str] | tuple = (), readme: Path | None = REPO_ROOT / "README.md",
-                info: dict[str, str] | None = None) -> Path:
+                info: dict[str, str] | None = None, skipped: dict[str, str] | None = None) -> Path:
     """Render the executed ``notebooks`` (default: every chapter in ``<run_dir>/notebooks/``) into a book at
     ``<run_dir>/index.html``; returns that path. ``failed``: chapters that did not run: the book is then not
     rendered rather than rendered without them. ``params_name``: the parameter file's name the run used
     (``ci``, ``full``), shown on every page. ``info``: the machine's description (default :func:`machine`).
+    ``skipped``: chapters the run left out for its pair, with the reason (named on the front page).
     Raises :class:`BookError`; the front page of an earlier render is then removed, so that no book in
     ``run_dir`` passes for this run's."""
     run_dir = Path(run_dir).resolve()
     try:
         if failed:
             raise BookError(f"not rendered: {len(failed)} chapter(s) failed ({', '.join(failed)})")
-        return _render(run_dir, notebooks, params_name, readme, info)
+        return _render(run_dir, notebooks, params_name, readme, info, skipped or {})
     except BookError as e:
         stale = run_dir / "index.html"
         if stale.is_file():
@@ -430,7 +434,7 @@ def render_book(run_dir: Path | str, notebooks: list[Path] | None = None, *, par
         raise
 
 
-def _render(run_dir: Path, notebooks, params_name, readme, info) -> Path:
+def _render(run_dir: Path, notebooks, params_name, readme, info, skipped: dict[str, str]) -> Path:
     notebooks = chapter_notebooks(run_dir) if notebooks is None else [Path(p) for p in notebooks]
     if not notebooks:
         raise BookError(f"no executed notebooks in {run_dir / 'notebooks'}")
@@ -442,7 +446,7 @@ def _render(run_dir: Path, notebooks, params_name, readme, info) -> Path:
     src.mkdir(parents=True)
     for ch in chapters:
         nbformat.write(stage_notebook(ch, params_name), src / f"{ch.stem}.ipynb")
-    (src / "index.md").write_text(front_page(chapters, run_dir, params_name, src, info or machine()),
+    (src / "index.md").write_text(front_page(chapters, run_dir, params_name, src, info or machine(), skipped),
                                   encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(suppress=TOLERATED_WARNINGS, title=TITLE), encoding="utf-8")
     sphinx_build(src, html, site / "doctrees")
