@@ -118,7 +118,8 @@ from scipy import stats
 
 import specdec_core as sd
 from specdec_core.sampling import SamplingParams, process_logits
-from specdec_core.study import book, peers, report
+from specdec_core.study import peers, report
+from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 from specdec_core.study import mutants as mu
 from specdec_core.verify import overlap, speculative_sample
