@@ -28,6 +28,7 @@ the others still run.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -47,7 +48,7 @@ from ..lm import CachedLM, sized
 from ..models import calibration, hub, shipped
 from ..models.draft import DraftModel
 from ..models.shipped import load_model_draft
-from ..paths import REFERENCE_DIR, rel
+from ..paths import REFERENCE_DIR, REPO_ROOT, rel
 from ..study import bench, peers, profiling as pf
 from ..study.compiled import StaticLM, chained_steps, greedy_decode, static_runner
 from ..study.exactness import gof_family
@@ -479,25 +480,24 @@ def stage_steps(run: Run) -> None:
 
 
 # -- 5. the library's decoders with and without CUDA graphs ---------------------------------------------------
-HEADLINE = {  # chapter 6's headline methods (book/06_speedup.py, `methods`), after autoregressive
-    "autoregressive": {"method": "autoregressive"},
-    "linear (draft model)": {"method": "linear", "drafter": "model", "k": "auto"},
-    "linear (n-gram)": {"method": "linear", "drafter": "ngram", "k": 4},
-    "tree (draft model)": {"method": "tree", "drafter": "model", "k": 4, "tree": "default"},
-    "parallel (block)": {"method": "parallel", "drafter": "block", "k": 6},
-    "linear (draft model, θ auto)": {"method": "linear", "drafter": "model", "k": 6, "confidence": "auto"},
-    "linear (hybrid, θ auto)": {"method": "linear", "drafter": "hybrid", "k": 6, "confidence": "auto"},
-    "linear (adaptive, θ auto)": {"method": "linear", "drafter": "adaptive", "k": 6, "confidence": "auto"},
-}
+def chapter_methods(path: Path = REPO_ROOT / "book" / "06_speedup.py") -> dict[str, dict]:
+    """Chapter 6's headline methods, read from the ``methods`` literal of its parameters cell: one definition,
+    the chapter's (the run's working tree carries ``book/``)."""
+    tree = ast.parse(Path(path).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "methods" for t in n.targets))
+    return ast.literal_eval(node.value)
+
+
 FALLBACK_K = 4  # K for a "k": "auto" method where the pair stores none (the smoke run's toy pair)
 
 
 def headline_methods(pair) -> tuple[dict[str, dict], list[str]]:
-    """:data:`HEADLINE` as ``generate`` arguments for ``pair``, and a note for each method changed or skipped: a
+    """Autoregressive decoding and :func:`chapter_methods` (read when the stage runs) as ``generate`` arguments for ``pair``, and a note for each method changed or skipped: a
     drafter the pair lacks skips the method; a θ "auto" with none stored runs without θ; a K "auto" with none
     stored runs at :data:`FALLBACK_K`."""
     methods, notes = {}, []
-    for name, spec in HEADLINE.items():
+    for name, spec in ({"autoregressive": {"method": "autoregressive"}} | chapter_methods()).items():
         spec = dict(spec)
         if spec.get("drafter") is not None and spec["drafter"] not in pair.drafters:
             notes.append(f"{name}: skipped (no {spec['drafter']!r} drafter)")
@@ -544,12 +544,19 @@ def graphs_table(df: pd.DataFrame, outputs: dict, methods: dict) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def stage_graphs(run: Run) -> None:
-    sz = run.sizes
+def embedded_pair_or_skip(run: Run, stage: str):
+    """:func:`embedded_pair`, or, without one, the stage's table and note saying why (and ``(None, why, [])``)."""
     pair, source, prompts = embedded_pair(run)
     if pair is None:
-        run.save("graphs", pd.DataFrame([dict(runner="(none)", status=f"skipped: {source}")]))
-        run.notes["graphs"] = f"skipped: {source}"
+        run.save(stage, pd.DataFrame([dict(runner="(none)", status=f"skipped: {source}")]))
+        run.notes[stage] = f"skipped: {source}"
+    return pair, source, prompts
+
+
+def stage_graphs(run: Run) -> None:
+    sz = run.sizes
+    pair, source, prompts = embedded_pair_or_skip(run, "graphs")
+    if pair is None:
         return
     extra = hybrid_of(pair.drafters)  # a pair from the GGUF file has none: made and calibrated as load_pair does
     calibration.attach(extra, getattr(pair.drafters.get("model"), "calibration", None))
@@ -631,10 +638,8 @@ def _recorded(runner, store: dict):
 
 def stage_embedded(run: Run) -> None:
     sz = run.sizes
-    pair, source, prompts = embedded_pair(run)
+    pair, source, prompts = embedded_pair_or_skip(run, "embedded")
     if pair is None:
-        run.save("embedded", pd.DataFrame([dict(runner="(none)", status=f"skipped: {source}")]))
-        run.notes["embedded"] = f"skipped: {source}"
         return
     n = sz.embedded_tokens
     cap = max(len(ids) for _, ids in prompts) + n + 16
