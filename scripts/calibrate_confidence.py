@@ -22,6 +22,7 @@ import specdec_core as sd
 from specdec_core.models import calibration
 from specdec_core.study import calibrate
 from specdec_core.models import shipped
+from specdec_core.paths import rel
 from specdec_core.data.prompts import sweep_prompts
 
 
@@ -42,20 +43,16 @@ def main() -> int:
         raise SystemExit(f"no shipped model draft in {shipped.MODEL_DRAFT}: `make models` trains it")
     t0 = time.perf_counter()
     prompts = sweep_prompts(pair, args.prompts)
-    cands = calibrate.candidates(args.fixed_ks, args.thetas, args.k_max)
-    runs, table = calibrate.tune(pair, prompts, cands, args.max_new_tokens, repeats=args.repeats)
-    chosen = calibrate.choose(table)
-    fixed = chosen["fixed K"]
-    rec = calibrate.record(table, chosen, calibrate.draft_cost(runs, fixed), args.k_max, prompts=len(prompts),
-                           max_new_tokens=args.max_new_tokens, repeats=args.repeats, thetas=args.thetas,
-                           machine=f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-                           date=time.strftime("%Y-%m-%d"))
+    rec, table, chosen = calibrate.calibration(
+        pair, prompts, args.fixed_ks, args.thetas, args.k_max, args.max_new_tokens, args.repeats,
+        repeats=args.repeats, thetas=args.thetas, machine=f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+        date=time.strftime("%Y-%m-%d"))
     print(table[["median", "q25", "q75", "alpha", "drafted_per_step"]].round(3).to_string())
     print("chosen:", chosen, f"c = {rec['cost']}")
     if not args.dry_run:
         path = calibration.save(shipped.MODEL_DRAFT, rec)
         shipped.write_sums(shipped.MODEL_DRAFT, shipped.REQUIRED + (calibration.CALIBRATION,))
-        print("wrote", path.relative_to(shipped.REPO_ROOT), "and SHA256SUMS")
+        print("wrote", rel(path), "and SHA256SUMS")
     print(f"done in {time.perf_counter() - t0:.0f} s")
     return 0
 

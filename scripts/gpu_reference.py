@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_core.paths import BUILD
 from specdec_core.study import profiling
 from specdec_core.tools import gpu_reference as gpu
 
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     elif device.type == "cuda" and not args.smoke:
         out = profiling.reference_dir(tag)
     else:
-        out = profiling.REPO_ROOT / "build" / "gpu-reference" / (tag + ("-smoke" if args.smoke else ""))
+        out = BUILD / "gpu-reference" / (tag + ("-smoke" if args.smoke else ""))
     budget = args.budget if args.budget is not None else (450.0 if device.type == "cuda" else float("inf"))
     modes = args.compile if args.compile is not None else (
         ["reduce-overhead"] if device.type == "cuda" else ["compile"])

@@ -193,4 +193,4 @@ def _prepare(target, input_ids, drafter, method, k, max_new_tokens, temperature,
         phases = TreeSearch(params, generator, drafter, k, shape, confidence=theta, step_mode=mode, **rule_kw)
     else:
         phases = Linear(params, generator, drafter, k, name=method, confidence=theta, step_mode=mode, **rule_kw)
-    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method), step_mode=mode)
+    return Run(phases, target, prompt, max_new_tokens, eos_ids(target), capacity, Stats(method))

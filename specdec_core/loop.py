@@ -198,7 +198,6 @@ class Run:
     eos: set[int]  # token ids that end the answer
     capacity: int  # positions of the target's KV cache
     stats: Stats  # the run record, filled as the steps go
-    step_mode: str = "eager"  # how the target's passes after the prefill run (specdec_core.graphs)
 
 
 def steps(run: Run) -> Iterator[list[int]]:
@@ -207,7 +206,7 @@ def steps(run: Run) -> Iterator[list[int]]:
     ``token_times`` include any time the consumer spends between steps)."""
     method = run.method
     stats = run.stats
-    with borrowed(run.target, run.capacity, run.step_mode) as lm:  # eager: a new CachedLM; else one kept
+    with borrowed(run.target, run.capacity, method.step_mode) as lm:  # eager: a new CachedLM; else one kept
         clock = Clock(stats, lm.device)
         method.start(run.prompt, run.capacity)
         with clock.phase("prefill"):

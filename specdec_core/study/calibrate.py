@@ -82,6 +82,17 @@ def record(table, chosen: dict[str, str], cost: float, k_max: int, **meta) -> di
                 table=json.loads(table.reset_index().round(4).to_json(orient="records", force_ascii=False)))
 
 
+def calibration(pair, prompts, fixed_ks, thetas, k_max: int, max_new_tokens: int, repeats: int = 1,
+                **meta) -> tuple:
+    """The whole procedure: :func:`tune` every candidate on ``prompts``, :func:`choose` per family, and the
+    calibration file's content (:func:`record`, with ``meta``). Returns (record, tuning table, choices)."""
+    runs, table = tune(pair, prompts, candidates(fixed_ks, thetas, k_max), max_new_tokens, repeats=repeats)
+    chosen = choose(table)
+    rec = record(table, chosen, draft_cost(runs, chosen["fixed K"]), k_max, prompts=len(prompts),
+                 max_new_tokens=max_new_tokens, **meta)
+    return rec, table, chosen
+
+
 def calibrate_pair(pair, prompts, fixed_ks, thetas, k_max: int, max_new_tokens: int, repeats: int = 1) -> tuple[dict, float]:
     """For a pair with nothing stored with its draft (a pair of one's own): choose the fixed K and each family's θ on
     ``prompts`` (held-out *training* prompts, :func:`specdec_core.data.prompts.sweep_prompts`) as
@@ -92,11 +103,7 @@ def calibrate_pair(pair, prompts, fixed_ks, thetas, k_max: int, max_new_tokens: 
         raise ValueError("choosing K and θ needs a model draft: this pair has none (load_pair(..., draft=...))")
     timer = Timer(None)
     t0 = timer.now()
-    cands = candidates(fixed_ks, thetas, k_max)
-    runs, table = tune(pair, prompts, cands, max_new_tokens, repeats=repeats)
-    chosen = choose(table)
-    rec = record(table, chosen, draft_cost(runs, chosen["fixed K"]), k_max, prompts=len(prompts),
-                 max_new_tokens=max_new_tokens)
+    rec, _, _ = calibration(pair, prompts, fixed_ks, thetas, k_max, max_new_tokens, repeats)
     attach(pair.drafters, rec)
     if hasattr(pair.drafters.get("adaptive"), "cost"):
         pair.drafters["adaptive"].cost = rec["cost"]
