@@ -4,7 +4,8 @@
     python scripts/run_book.py --params full --out build/book --html      # what `make reproduce` runs
 
 Parameters come from ``book/params/<name>.yaml``: one section per notebook (keyed by file stem); each
-notebook also receives ``out_dir`` (its own folder under ``--out`` for figures and tables). A failing
+notebook also receives ``out_dir`` (its own folder under ``--out`` for figures and tables) and, if its parameters
+cell has one, ``params_name`` (the file's name, for the banner the chapter opens with). A failing
 notebook is named together with the failing cell; the others still run, and the run exits 1.
 
 ``--jobs N`` runs N notebooks at a time, longest first (by the last run's ``timings.csv`` in ``--out``, else the
@@ -228,9 +229,12 @@ def main() -> int:
                 srcs.remove(src)
                 skipped[src.stem] = why
                 print(f"[book] skipped {src.name} for this pair: {why}", flush=True)
-    jobs = [(src, out, dict(all_params.get(src.stem) or {}, **(pair_parameters(pair, chapter_parameters(src))
-                                                              if pair else {}), out_dir=str(out / src.stem)),
-             params_file.name) for src in srcs]
+    def parameters(src: Path) -> dict:  # the file's section, the pair's settings, the run folder, the file's name
+        names = chapter_parameters(src)
+        return dict(all_params.get(src.stem) or {}, **(pair_parameters(pair, names) if pair else {}),
+                    out_dir=str(out / src.stem), **({"params_name": args.params} if "params_name" in names else {}))
+
+    jobs = [(src, out, parameters(src), params_file.name) for src in srcs]
     t_all, results = time.perf_counter(), []
 
     def report(r: Result):

@@ -13,9 +13,9 @@ def test_verdict_reads_the_iqr(q25, q75, want):
 
 def test_phrase_of_paired_ratios():
     r = [0.9, 1.1, 1.2, 1.3, 1.4]
-    assert report.ratio_phrase(r) == "1.20× (IQR 1.10–1.30, 5 pairs): faster"
+    assert report.ratio_phrase(r, min_n=5) == "1.20× (IQR 1.10–1.30, 5 pairs): faster"
     assert report.ratio_phrase([0.5]) == "0.50× (one pair, no verdict)"
-    assert report.ratio_phrase([0.5, 0.6]).endswith("2 pairs): slower")
+    assert report.ratio_phrase([0.5, 0.6], min_n=2).endswith("2 pairs): slower")
     assert report.ratio_phrase([]) == "not measured"
     assert report.verdict(np.nan, 1, 1) == "not measured"
     assert report.ratio_phrase_median(1.0, 0.9, 1.1, better="cheaper", worse="dearer").endswith("ties")
@@ -44,7 +44,7 @@ def test_shown_rounds_numbers_and_blanks_what_was_not_measured():
 def test_a_quartile_next_to_one_keeps_the_digit_that_decides_the_verdict():
     assert report.ratio_phrase_median(1.04, 0.9987, 1.15, n=12) == "1.04× (IQR 0.999–1.15, 12 pairs): ties"
     assert report.ratio_phrase_median(1.04, 1.0, 1.15, n=12) == "1.04× (IQR 1.00–1.15, 12 pairs): ties"
-    assert report.ratio_phrase_median(0.57, 0.5651, 0.5749, n=3) == "0.57× (IQR 0.565–0.575, 3 pairs): slower"
+    assert report.ratio_phrase_median(0.57, 0.5651, 0.5749, n=6) == "0.57× (IQR 0.565–0.575, 6 pairs): slower"
 
 
 def test_count_says_one_or_many_and_ranges():
@@ -60,8 +60,27 @@ def test_overlap_of_interquartile_ranges():
     assert report.overlap(a, b) and report.overlap(b, c) and not report.overlap(a, c)
 
 
-def test_a_small_sample_gets_no_verdict_word_when_a_minimum_is_given():
-    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=3).endswith("faster")
-    said = report.ratio_phrase_median(1.5, 1.3, 1.7, n=3, min_n=6)
+def test_the_verdict_rule_withholds_the_word_below_the_minimum_sample():
+    # the rule is on by default: fewer than MIN_PAIRS pairs print no verdict word, whatever the interval
+    said = report.ratio_phrase_median(1.5, 1.3, 1.7, n=3)
     assert said == "1.50× (IQR 1.30–1.70, 3 pairs): unresolved at this size (n = 3, fewer than 6)"
-    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=6, min_n=6).endswith("faster")
+    assert not report.VERDICT_WORDS.search(said)
+    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=report.MIN_PAIRS).endswith("faster")
+    assert report.ratio_phrase_median(1.5, 1.3, 1.7, n=3, min_n=2).endswith("faster")
+    assert report.ratio_phrase_median(1.5, 1.3, 1.7).endswith("faster")  # no sample size: the interval decides
+    assert report.judged("agree", 5) == "unresolved at this size (n = 5, fewer than 6)"
+    assert report.judged("agree", 6) == "agree"
+    # a mutant rule that compares with > instead of >= is caught at the boundary
+    assert report.judged("faster", report.MIN_PAIRS) == "faster"
+
+
+def test_verdict_words_are_recognised():
+    for word in ("faster", "slower", "ties", "agree", "AGREE", "wins", "loses", "pays"):
+        assert report.VERDICT_WORDS.search(f"the tree {word} here"), word
+    assert not report.VERDICT_WORDS.search("unresolved at this size (n = 3, fewer than 6)")
+    assert not report.VERDICT_WORDS.search("speedup over payslips")  # words, not substrings
+
+
+def test_caption_says_whether_the_prefill_is_counted():
+    assert report.caption("Speedup.", prefill=True).endswith(report.PREFILL_COUNTED)
+    assert "prefill" in report.caption("Speedup.", prefill=False)

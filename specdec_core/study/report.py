@@ -6,11 +6,47 @@
 
 The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*, and a
 single pair (no spread at all) gets no verdict.
+
+**The verdict rule** (one place for the whole book): a verdict word ("faster", "slower", "ties", "agree", ...)
+is printed only for a sample of at least ``MIN_PAIRS`` pairs (prompts, calls); a smaller sample prints
+``"unresolved at this size (n = 3, fewer than 6)"`` instead, whatever its interval says. :func:`judged` applies
+the same rule to any other verdict (theory against measurement, a winner by task). The CI book, run on a
+handful of prompts, therefore exercises every finding's code without claiming any of them;
+``tests/test_book_outputs.py`` checks that no verdict word sits beside "unresolved".
+
+    report.judged("agree", n=3)                   # 'unresolved at this size (n = 3, fewer than 6)'
+    report.caption("Speedup over autoregressive decoding.", prefill=True)   # + ' Times include the prefill.'
+
 Chapters render their findings from these strings, so the words always match the numbers beside them.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
+
+MIN_PAIRS = 6  # the smallest sample whose interval a verdict word may read (the full book has 6–12 prompts)
+UNRESOLVED = "unresolved at this size"
+# words that state a finding: none of them may share a sentence with UNRESOLVED (tests/test_book_outputs.py)
+VERDICT_WORDS = re.compile(r"\b(faster|slower|ties|agrees?|disagrees?|AGREE|DISAGREE|wins?|loses|pays|beats?)\b")
+PREFILL_COUNTED = "Times include the prefill (the prompt's pass)."
+PREFILL_EXCLUDED = "Times exclude the prefill: the decode loop alone."
+
+
+def unresolved(n: int, min_n: int = MIN_PAIRS) -> str:
+    """What a sample too small for a verdict prints instead of one."""
+    return f"{UNRESOLVED} (n = {int(n)}, fewer than {int(min_n)})"
+
+
+def judged(word: str, n: int, min_n: int = MIN_PAIRS) -> str:
+    """``word`` (a verdict) for a sample of ``n`` pairs, prompts or calls, if ``n >= min_n``; else
+    :func:`unresolved`. The rule every printed verdict goes through."""
+    return word if int(n) >= int(min_n) else unresolved(n, min_n)
+
+
+def caption(text: str, prefill: bool) -> str:
+    """A speed table's caption: ``text`` and whether its times count the prefill (every speed table says which)."""
+    return f"{text.rstrip()} {PREFILL_COUNTED if prefill else PREFILL_EXCLUDED}"
 
 
 def verdict(median: float, q25: float, q75: float, better: str = "faster", worse: str = "slower") -> str:
@@ -20,16 +56,17 @@ def verdict(median: float, q25: float, q75: float, better: str = "faster", worse
     return better if q25 > 1 else worse if q75 < 1 else "ties"
 
 
-def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, min_n: int | None = None,
+def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, min_n: int = MIN_PAIRS,
                         **words) -> str:
-    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles; with ``min_n``, a sample of fewer
-    than ``min_n`` pairs gets no verdict word: ``'unresolved at this size (n = 3)'``."""
+    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles; a sample of fewer than ``min_n``
+    pairs (the verdict rule, :data:`MIN_PAIRS`) gets no verdict word: ``'unresolved at this size (n = 3, fewer
+    than 6)'``. Without ``n`` (a ratio that is not a sample of pairs) the interval alone decides."""
     if n == 1:  # one pair has no spread: no IQR, no verdict
         return f"{median:.2f}× (one pair, no verdict)"
     pairs = f", {n} pairs" if n is not None else ""
     said = verdict(median, q25, q75, **words)
-    if min_n is not None and n is not None and n < min_n:
-        said = f"unresolved at this size (n = {n}, fewer than {min_n})"
+    if n is not None and n < min_n:
+        said = unresolved(n, min_n)
     narrow = f"{q25:.2f}" == f"{q75:.2f}" and q25 != q75  # a spread that two decimals would hide
 
     def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly

@@ -9,6 +9,12 @@
 loads the model pair (checking that the drafters a chapter needs are there) and the prompts, and encodes
 them with the chat template. It prints nothing; ``str(ch)`` is a one-line description for the notebook.
 :func:`draw_tree` draws a tree of :mod:`specdec_core.tree` (chapter 4's figures).
+
+What every chapter shows a reader the same way (``tests/test_book_outputs.py`` checks them in the CI book):
+
+    display(book.banner(params_name))        # first output: the parameter file, and at CI size what that means
+    display(ch.setting(k, verify_ratio))     # thread count, verify(K+1)/verify(1) here, chapter 1's verdict on it
+    book.show(table, "Speedup over ...", prefill=False)   # a speed table with a caption that says prefill in/out
 """
 from __future__ import annotations
 
@@ -16,14 +22,60 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import os
+
 import numpy as np
+import pandas as pd
 import torch
 
 from ..data.prompts import encode, load_prompts
 from ..models import EMBEDDED, load_pair, resolve_device
-from ..study import profiling
+from ..paths import REFERENCE_DIR
+from ..study import bench, profiling, report
 
 progress = profiling.progress_bar  # tqdm with few updates, and none in the executed book
+
+
+BANNER = "Parameter file:"  # how every chapter's first output begins (tests/test_book_outputs.py looks for it)
+CI_BANNER = "its numbers exercise the code, not the claims"
+CHAPTER1_VERDICT = "01_bottleneck/verdict.csv"  # chapter 1's verdict per T: threads, S, T, ratio, one_pass
+
+
+def banner(params_name: str | None):
+    """The one-line banner a chapter opens with: which parameter file it ran with (``run_book.py`` injects
+    ``params_name``; ``None``: the parameters cell's own defaults) and, at CI size, that its numbers exercise the
+    code and claim nothing (the verdict rule, :data:`~specdec_core.study.report.MIN_PAIRS`, withholds the words)."""
+    from IPython.display import Markdown
+
+    rule = f"a verdict word is printed only for a sample of at least {report.MIN_PAIRS} pairs and an interval that supports it"
+    if params_name is None:
+        text = f"**{BANNER} none** (the parameters cell's defaults, an interactive run): {rule}."
+    elif params_name == "ci":
+        text = (f"**{BANNER} `book/params/ci.yaml`**, the CI size: {CI_BANNER} (most findings below print "
+                f"“{report.UNRESOLVED}”; {rule}).")
+    else:
+        name = params_name if params_name.endswith((".yaml", ".yml")) else f"{params_name}.yaml"
+        text = f"**{BANNER} `book/params/{name}`**: {rule}."
+    return Markdown(text)
+
+
+def show(table, caption: str, prefill: bool, digits: int | None = 3):
+    """Display a speed table under its caption (:func:`~specdec_core.study.report.caption`: whether its times
+    count the prefill). ``digits``: numbers shown with :func:`~specdec_core.study.report.shown` (None: as given)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"*{report.caption(caption, prefill)}*"))
+    display(report.shown(table, digits) if digits is not None and isinstance(table, pd.DataFrame) else table)
+
+
+def chapter1_verdict(out: Path) -> tuple[pd.DataFrame | None, str]:
+    """Chapter 1's verdict table (:data:`CHAPTER1_VERDICT`) and where it came from: this run's (the folder beside
+    ``out``), else the committed reference run's, else ``(None, "")``."""
+    for path, source in ((Path(out).parent / CHAPTER1_VERDICT, "this run"),
+                         (REFERENCE_DIR / "book" / CHAPTER1_VERDICT, "the reference run")):
+        if path.is_file():
+            return pd.read_csv(path), source
+    return None, ""
 
 
 ONE_POINT = "has one point (a sweep needs two values)"  # what tests/test_book_outputs.py looks for
@@ -134,6 +186,39 @@ class Chapter:
         for label in one_point_lines(fig, repair=True):
             print(ONE_POINT_NOTE.format(figure=name, series=label))
         fig.savefig(self.out / f"{name}.png", dpi=dpi, bbox_inches="tight")
+
+    def setting(self, k: int, verify_ratio: float | None = None, ids=None, repeats: int = 7):
+        """The setting line every chapter prints: its thread count, the verify cost it decodes with (a target pass
+        over K + 1 tokens ÷ one over 1 token, ``verify_ratio`` if the chapter measured it, else timed here on
+        ``ids`` or the median-length prompt), and chapter 1's verdict on the same T, naming a thread count that
+        differs (then chapter 1's verdict is about another setting)."""
+        from IPython.display import Markdown
+
+        threads = torch.get_num_threads()
+        where = f"{threads} thread(s), MKL_CBWR={os.environ.get('MKL_CBWR') or '(default)'}" \
+            if self.device.type == "cpu" else str(self.device)
+        if verify_ratio is None and self.pair is not None:
+            ids = ids if ids is not None else bench.median_length(self.bench_prompts) if self.encoded else None
+            if ids is not None:
+                verify_ratio = bench.pass_costs(self.target, None, ids, ks=(k,), repeats=repeats)["verify_ratio"][k]
+        here = (f"verify({k + 1})/verify(1) = {verify_ratio:.2f} measured in this chapter" if verify_ratio is not None
+                else "verify cost not measured in this chapter")
+        text = f"**Setting**: {where}; {here}."
+        table, source = chapter1_verdict(self.out)
+        row = table[table["T"] == k + 1] if table is not None else None
+        if row is not None and len(row):
+            r = row.iloc[0]
+            bar = "within" if r.ratio <= r.one_pass else "above"
+            same = (self.device.type == "cpu" and int(r.threads) == threads)
+            text += (f" Chapter 1 ({source}, {int(r.threads)} thread(s), S = {int(r.S)}): t({k + 1})/t(1) = "
+                     f"{r.ratio:.2f}, {bar} its “about one pass” bar ({r.one_pass:g}×)"
+                     + ("." if same else f"; not this chapter's setting ({threads} thread(s) here), so its verdict "
+                        "is about another one."))
+        elif table is not None:
+            text += f" Chapter 1 ({source}) did not time T = {k + 1}."
+        else:
+            text += " Chapter 1's verdict is not available (run chapter 1 first)."
+        return Markdown(text)
 
     def __str__(self):
         parts = [f"device {self.device}", f"{str(self.dtype).removeprefix('torch.')}",
