@@ -1,9 +1,16 @@
-"""Copy the small headline outputs of a full book run into data/reference/book/ (to be committed).
+"""Copy the small headline outputs of a full book run into data/reference/book/ and write the README's results
+block from them (both to be committed).
 
-    python scripts/collect_reference.py [--build build/book]
+    make reproduce && python scripts/collect_reference.py [--build build/book]
 
-What is copied is listed below: the per-notebook timings, the tables behind each chapter's claims and the
-headline figure the README shows. Everything else stays in the (ignored) build folder.
+The reference is **one run**: every chapter ran ok (or was left out for its pair) in the same run of one commit,
+with no uncommitted change, on one machine (``timings.csv`` records commit, machine and date per chapter), and
+the copy replaces the whole reference. ``--partial`` accepts a run of some chapters (``run_book.py --only``): their
+rows and tables replace the reference's and the others are kept, which the results block then reports as runs of
+several commits. What is copied is listed below: the per-notebook timings, the tables behind each chapter's claims
+and the headline figures. Everything else stays in the (ignored) build folder. The README's block between
+``<!-- RESULTS:START -->`` and ``<!-- RESULTS:END -->`` is rewritten from the copied tables
+(:func:`specdec_core.tools.headline.results_block`): it is never edited by hand.
 """
 from __future__ import annotations
 
@@ -11,12 +18,13 @@ import argparse
 import shutil
 import sys
 
-from run_book import read_timings, write_timings  # scripts/ is on the path of a script run from it
+from run_book import notebooks, read_timings, write_timings  # scripts/ is on the path of a script run from it
 from specdec_core.paths import REPO_ROOT as ROOT
+from specdec_core.tools import headline
 
 KEEP = [
     "timings.csv",
-    "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
+    "01_bottleneck/verdict.csv", "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
     "01_bottleneck/blas_paths.csv", "01_bottleneck/blas_paths.png",
     "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
     "02_exactness/audit_toy.csv", "02_exactness/audit_real.csv", "02_exactness/audit_calibration.csv",
@@ -48,12 +56,40 @@ def merge_timings(src, dest) -> None:
         print(f"timings.csv: rows of {', '.join(kept)} kept from the earlier reference run")
 
 
+def one_run(timings: dict) -> list[str]:
+    """Why a run's timings are not one whole run of one commit (empty when they are)."""
+    problems = []
+    missing = sorted({p.stem for p in notebooks(None)} - set(timings))
+    if missing:
+        problems.append(f"chapters not in this run: {', '.join(missing)}")
+    bad = sorted(stem for stem, t in timings.items() if t.status not in ("ok", "skipped"))
+    if bad:
+        problems.append(f"chapters that did not finish: {', '.join(bad)}")
+    commits = {t.commit for t in timings.values()}
+    if len(commits) != 1 or "" in commits:
+        problems.append(f"rows from {len(commits)} commit(s) {sorted(commits)} (a run records one)")
+    elif next(iter(commits)).endswith("+changes"):
+        problems.append(f"the run was made with uncommitted changes ({next(iter(commits))}): commit, then rerun")
+    if len({t.machine for t in timings.values()}) != 1:
+        problems.append("rows from several machines")
+    return problems
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/book")
     ap.add_argument("--dest", default="data/reference/book")
+    ap.add_argument("--partial", action="store_true",
+                    help="accept a run of some chapters, or of another commit: merge it into the reference")
+    ap.add_argument("--readme", default="README.md", help="the file whose RESULTS block is rewritten ('' : none)")
     args = ap.parse_args()
     build, dest = ROOT / args.build, ROOT / args.dest
+    timings = read_timings(build / "timings.csv")
+    problems = one_run(timings)
+    if problems and not args.partial:
+        print(f"{build}: not one whole run of one commit, so not a reference (--partial merges it):\n  "
+              + "\n  ".join(problems), file=sys.stderr)
+        return 1
     missing = []
     for rel in KEEP:
         src = build / rel
@@ -61,13 +97,18 @@ def main() -> int:
             missing.append(rel)
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        if rel == "timings.csv" and (dest / rel).exists():
+        if rel == "timings.csv" and (dest / rel).exists() and args.partial:
             merge_timings(src, dest / rel)
         else:
             shutil.copy2(src, dest / rel)
     print(f"copied {len(KEEP) - len(missing)} files to {dest}")
     if missing:
         print("missing (not produced by this run):", ", ".join(missing), file=sys.stderr)
+    if args.readme:
+        readme = ROOT / args.readme
+        headline.replace_block(readme, headline.results_block(dest, where=str(dest.relative_to(ROOT))
+                                                               if dest.is_relative_to(ROOT) else str(dest)))
+        print(f"wrote the results block of {readme}")
     return 0
 
 

@@ -3,6 +3,10 @@
     python scripts/run_book.py --params ci --out build/book-ci --jobs 2   # what `make test` runs
     python scripts/run_book.py --params full --out build/book --html      # what `make reproduce` runs
 
+``<out>/timings.csv`` records each notebook's seconds and status with the run's commit (``+changes`` when the
+working tree differs from it), machine and date: ``scripts/collect_reference.py`` keeps a reference whose rows
+all come from one run.
+
 Parameters come from ``book/params/<name>.yaml``: one section per notebook (keyed by file stem); each
 notebook also receives ``out_dir`` (its own folder under ``--out`` for figures and tables) and, if its parameters
 cell has one, ``params_name`` (the file's name, for the banner the chapter opens with). A failing
@@ -23,9 +27,14 @@ different pairs never overwrite each other.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
+import platform
+import re
+import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,7 +45,17 @@ BOOK = ROOT / "book"
 REFERENCE_TIMINGS = ROOT / "data" / "reference" / "book" / "timings.csv"
 
 
-TIMINGS_HEADER = "notebook,seconds,status"
+TIMINGS_HEADER = "notebook,seconds,status,commit,machine,date"
+OLD_TIMINGS_HEADER = "notebook,seconds,status"  # before runs recorded where they ran: read, never written
+
+
+class Timing(NamedTuple):
+    """One notebook's row of ``timings.csv``: seconds, status, and the run it came from (commit, machine, date)."""
+    seconds: float
+    status: str
+    commit: str = ""
+    machine: str = ""
+    date: str = ""
 
 
 class Result(NamedTuple):
@@ -57,28 +76,54 @@ def notebooks(only: list[str] | None) -> list[Path]:
     return [p for p in found if named(p.stem, only)] if only else found
 
 
-def read_timings(path: Path) -> dict[str, tuple[float, str]]:
-    """A ``timings.csv`` this script wrote: notebook -> (seconds, status); any other file is refused by name."""
+def read_timings(path: Path) -> dict[str, Timing]:
+    """A ``timings.csv`` this script wrote: notebook -> :class:`Timing`; any other file is refused by name."""
     header, *lines = path.read_text().splitlines()
-    if header != TIMINGS_HEADER:
+    if header not in (TIMINGS_HEADER, OLD_TIMINGS_HEADER):
         raise ValueError(f"{path}: unexpected timings header {header!r} (run_book.py writes {TIMINGS_HEADER})")
     rows = {}
     for line in filter(None, lines):
-        stem, seconds, status = line.split(",")
-        rows[stem] = (float(seconds), status)
+        stem, seconds, status, *where = next(csv.reader([line]))
+        rows[stem] = Timing(float(seconds), status, *where)
     return rows
 
 
-def write_timings(path: Path, rows: dict[str, tuple[float, str]]) -> None:
-    path.write_text(TIMINGS_HEADER + "\n" + "".join(f"{stem},{sec:.1f},{status}\n" for stem, (sec, status)
-                                                     in sorted(rows.items())))
+def write_timings(path: Path, rows: dict[str, Timing]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(TIMINGS_HEADER.split(","))
+        for stem, t in sorted(rows.items()):
+            w.writerow([stem, f"{t.seconds:.1f}", t.status, t.commit, t.machine, t.date])
+
+
+def git_commit() -> str:
+    """The commit the book runs from (short hash), ``+changes`` when tracked files differ from it; "" outside git."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        return head + ("+changes" if head and git("status", "--porcelain", "--untracked-files=no") else "")
+    except OSError:
+        return ""
+
+
+def machine_name() -> str:
+    """The CPU model and the cores this process may use, e.g. ``AMD EPYC 7B13, 2 cores``."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        found = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = found[0].strip() if found else cpu
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu}, {cores} cores"
 
 
 def longest_first(srcs: list[Path], out: Path, reference: Path = REFERENCE_TIMINGS) -> list[Path]:
     """``srcs`` by their last recorded time, longest first: this run's earlier ``timings.csv`` where there is one
     (the same parameters), else the ``reference`` run's (full size, but the order is what matters); unknown last."""
     seconds = {stem: sec for path in (reference, out / "timings.csv") if path.exists()  # the run's own times win
-               for stem, (sec, _) in read_timings(path).items()}
+               for stem, (sec, *_) in read_timings(path).items()}
     return sorted(srcs, key=lambda p: -seconds.get(p.stem, -1.0))
 
 
@@ -236,9 +281,12 @@ def main() -> int:
 
     jobs = [(src, out, parameters(src), params_file.name) for src in srcs]
     t_all, results = time.perf_counter(), []
+    commit, host = git_commit(), machine_name()
+    ended: dict[str, str] = {}
 
     def report(r: Result):
         results.append(r)
+        ended[r.stem] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         print(r.message, file=sys.stderr if r.status == "failed" else sys.stdout, flush=True)
 
     def on_every_core(job) -> bool:  # serial runs, and the chapters named by --alone
@@ -260,8 +308,8 @@ def main() -> int:
     executed = [out / "notebooks" / f"{r.stem}.ipynb" for r in results if r.status == "ok"]
     failed = [f"{r.stem}.py" for r in results if r.status == "failed"]
     print(f"[book] {len(executed)} notebooks in {time.perf_counter() - t_all:.0f} s -> {out}")
-    write_timings(out / "timings.csv", {r.stem: (r.seconds, r.status) for r in results}
-                  | {stem: (0.0, "skipped") for stem in skipped})
+    write_timings(out / "timings.csv", {r.stem: Timing(r.seconds, r.status, commit, host, ended[r.stem]) for r in results}
+                  | {stem: Timing(0.0, "skipped", commit, host, "") for stem in skipped})
     html_failed = False
     if args.html:  # the executed notebooks, as they are, into a static book at <out>/index.html
         from specdec_core.tools.render import BookError, render_book

@@ -1,5 +1,5 @@
-"""``scripts/collect_reference.py``: a run of some chapters updates their rows of the reference timings and keeps
-the rest; a table it copies replaces the reference's."""
+"""``scripts/collect_reference.py``: a reference is one whole run of one commit on one machine; ``--partial``
+merges a run of some chapters; the README's results block is written from the copied tables."""
 from __future__ import annotations
 
 import subprocess
@@ -7,10 +7,18 @@ import sys
 
 from specdec_core.paths import REPO_ROOT
 
+HEADER = "notebook,seconds,status,commit,machine,date\n"
+STEMS = sorted(p.stem for p in (REPO_ROOT / "book").glob("[0-9][0-9]_*.py"))
 
-def collect(build, dest):
+
+def collect(build, dest, *extra, readme=""):
     return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "collect_reference.py"), "--build", str(build),
-                           "--dest", str(dest)], capture_output=True, text=True)
+                           "--dest", str(dest), "--readme", str(readme), *extra], capture_output=True, text=True)
+
+
+def whole_run(commit="abc123", machine="AMD EPYC, 2 cores", odd=None) -> str:
+    rows = [f"{s},10.0,ok,{commit if s != odd else 'def456'},\"{machine}\",2026-12-03 10:00 UTC\n" for s in STEMS]
+    return HEADER + "".join(rows)
 
 
 def test_a_partial_run_updates_its_chapters_timings_and_keeps_the_others(tmp_path):
@@ -18,14 +26,50 @@ def test_a_partial_run_updates_its_chapters_timings_and_keeps_the_others(tmp_pat
     (build / "03_linear").mkdir(parents=True)
     dest.mkdir()
     (dest / "timings.csv").write_text("notebook,seconds,status\n00_quickstart,39.1,ok\n03_linear,425.0,ok\n")
-    (build / "timings.csv").write_text("notebook,seconds,status\n03_linear,907.7,ok\n05_parallel,710.5,ok\n")
+    (build / "timings.csv").write_text(HEADER + "03_linear,907.7,ok,abc,m,d\n05_parallel,710.5,ok,abc,m,d\n")
     (build / "03_linear" / "pass_costs.csv").write_text("K,verify_ratio\n1,0.9\n")
-    proc = collect(build, dest)
+    refused = collect(build, dest)  # without --partial: not a reference
+    assert refused.returncode == 1 and "chapters not in this run" in refused.stderr
+    assert (dest / "timings.csv").read_text().startswith("notebook,seconds,status\n00_quickstart")  # untouched
+    proc = collect(build, dest, "--partial")
     assert proc.returncode == 0, proc.stderr
     assert (dest / "timings.csv").read_text().splitlines() == [
-        "notebook,seconds,status", "00_quickstart,39.1,ok", "03_linear,907.7,ok", "05_parallel,710.5,ok"]
+        HEADER.strip(), "00_quickstart,39.1,ok,,,", "03_linear,907.7,ok,abc,m,d", "05_parallel,710.5,ok,abc,m,d"]
     assert "00_quickstart kept" in proc.stdout
     assert (dest / "03_linear" / "pass_costs.csv").read_text() == "K,verify_ratio\n1,0.9\n"
+
+
+def test_a_reference_is_one_run_of_one_commit(tmp_path):
+    build, dest = tmp_path / "build", tmp_path / "ref"
+    build.mkdir()
+    for text, why in [(whole_run(odd=STEMS[1]), "commit(s)"), (whole_run(commit="abc+changes"), "uncommitted"),
+                      (whole_run().replace(f"{STEMS[2]},10.0,ok", f"{STEMS[2]},10.0,failed"), "did not finish")]:
+        (build / "timings.csv").write_text(text)
+        proc = collect(build, dest)
+        assert proc.returncode == 1 and why in proc.stderr, (why, proc.stderr)
+    (build / "timings.csv").write_text(whole_run())
+    proc = collect(build, dest)
+    assert proc.returncode == 0, proc.stderr
+    assert (dest / "timings.csv").read_text() == whole_run()
+
+
+def test_the_readme_block_is_written_from_the_run(tmp_path):
+    build, dest, readme = tmp_path / "build", tmp_path / "ref", tmp_path / "README.md"
+    (build / "06_speedup").mkdir(parents=True)
+    (build / "timings.csv").write_text(whole_run())
+    (build / "06_speedup" / "overall.csv").write_text(
+        "runner,median,q25,q75,n,temperature\nlinear (n-gram),1.17,1.08,1.30,12,0.0\nhf generate,0.98,0.96,1.04,3,0.0\n")
+    readme.write_text("# x\n<!-- RESULTS:START -->\nhand-written numbers\n<!-- RESULTS:END -->\nrest\n")
+    proc = collect(build, dest, readme=readme)
+    assert proc.returncode == 0, proc.stderr
+    text = readme.read_text()
+    assert "hand-written" not in text and text.endswith("<!-- RESULTS:END -->\nrest\n")
+    assert "commit `abc123` on AMD EPYC, 2 cores, 2026-12-03" in text
+    assert "| linear (n-gram) | 1.17× (1.08–1.30) |" in text
+    assert "linear (n-gram): 1.17× (IQR 1.08–1.30, 12 pairs): faster" in text
+    readme.write_text("no markers\n")
+    proc = collect(build, dest, readme=readme)
+    assert proc.returncode != 0 and "RESULTS:START" in proc.stderr
 
 
 def test_timings_of_another_shape_are_refused_by_name(tmp_path):
@@ -33,7 +77,7 @@ def test_timings_of_another_shape_are_refused_by_name(tmp_path):
     build.mkdir()
     dest.mkdir()
     (dest / "timings.csv").write_text("notebook,seconds\n00_quickstart,39.1\n")
-    (build / "timings.csv").write_text("notebook,seconds,status\n03_linear,907.7,ok\n")
-    proc = collect(build, dest)
+    (build / "timings.csv").write_text(HEADER + "03_linear,907.7,ok,abc,m,d\n")
+    proc = collect(build, dest, "--partial")
     assert proc.returncode != 0 and "unexpected timings header" in proc.stderr
     assert (dest / "timings.csv").read_text() == "notebook,seconds\n00_quickstart,39.1\n"  # nothing overwritten
