@@ -24,7 +24,9 @@ prompt = "Explain in two sentences why the sky is blue."
 max_new_tokens = 96      # tokens to decode
 temperature = 0.0        # 0 means greedy
 device = "cpu"           # "cpu", "cuda" or "auto"
+k = 4                    # K of the setting line: it times a verify pass over K + 1 tokens (the book's usual K)
 out_dir = "../build/book/00_quickstart"  # figures and tables land here
+params_name = None       # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %% [markdown]
 # Every chapter starts with the same set-up, `specdec_core.tools.book.setup`: the plotting theme, the output
@@ -36,20 +38,25 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from IPython.display import display
 
 import specdec_core as sd
 from specdec_core.tools import book
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, device=device)
 pair, out = ch.pair, ch.out
 print(ch)
 
 # %% [markdown]
-# The prompt goes through the model's chat template (SmolLM2 adds its own default system turn).
+# The prompt goes through the model's chat template (SmolLM2 adds its own default system turn). The setting
+# line under it is the one every decoding chapter prints: the thread count, what a target pass over K + 1
+# tokens costs against a one-token pass here (timed on this prompt), and chapter 1's verdict on that T.
 
 # %%
 ids = pair.encode_chat(prompt)
 print(f"{ids.numel()} prompt tokens")
+display(ch.setting(k, ids=ids))
 res = sd.generate(pair.target, ids, method="autoregressive", max_new_tokens=max_new_tokens,
                   temperature=temperature)
 print(pair.tokenizer.decode(res.tokens))
@@ -63,8 +70,10 @@ print(pair.tokenizer.decode(res.tokens))
 # %%
 s = res.stats
 scalars = {k: v for k, v in s.items() if not isinstance(v, list)}
-pd.Series({k: "— (no draft tokens)" if isinstance(v, float) and v != v else v
-           for k, v in scalars.items()}).to_frame("value")
+book.show(pd.Series({k: "— (no draft tokens)" if isinstance(v, float) and v != v else v
+                     for k, v in scalars.items()}).to_frame("value"),
+          "The stats record of this call: seconds per phase, counts, and tokens_per_s = new tokens ÷ "
+          "(prefill_s + decode_s).", prefill=True, digits=None)
 
 # %%
 assert s["target_passes"] == len(res.tokens), "the baseline makes one pass per token"

@@ -48,6 +48,7 @@ wrong_passes = 0.9        # ... and its loop makes at least this many target pas
 threads = 1               # CPU threads (0: torch's default). Nothing here needs speed, and one thread is
                           # immune to the thread-wake-up stalls of a shared machine (see chapter 1)
 out_dir = "../build/book/07_kv_cache"  # figures and CSVs land here
+params_name = None        # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %%
 import time
@@ -67,6 +68,7 @@ from specdec_core.tools import book
 from specdec_core.study import profiling as pf
 from specdec_core.tree import attention_bias
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, device=device, dtype=dtype, threads=threads, reference=True)  # CSVs tagged
 dev, dt, tag, target = ch.device, ch.dtype, ch.tag, ch.target
 b = torch.finfo(dt).bits // 8
