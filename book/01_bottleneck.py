@@ -34,7 +34,7 @@
 device = "cpu"            # "cpu", "cuda" or "auto"
 dtype = "float32"         # the model's dtype; the FLOP ceiling is measured in it
 model = "smollm2-135m"    # the embedded target, a Hugging Face id or a local path
-token_counts = [1, 2, 4, 8, 16, 32, 64, 128, 256]  # T: new tokens per pass
+token_counts = [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256]  # T: new tokens per pass (2..small_t: the verdict's)
 context_lengths = [128, 1024]                      # S: tokens already in the KV cache
 repeats = 5               # timed runs per configuration, interleaved
 warmup = 1                # untimed runs first
@@ -55,25 +55,28 @@ profiler_factor = 2.0     # the profiler's matmul time and the bare matmuls agre
 erosion = 0.05            # the plateau eroded if t(2)/t(1) at the longest context exceeds the shortest's by this share
 loose_rise = 2.0          # a GPU knee is loosely determined where t(T_max)/t(1) rose less than this
 out_dir = "../build/book/01_bottleneck"  # figures and CSVs land here
+params_name = None        # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %%
 import contextlib
 import gc
 import os
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
 from specdec_core.lm import CachedLM
-from specdec_core.study import blas, hardware
+from specdec_core.study import blas, hardware, report
 from specdec_core.tools import book
 from specdec_core.study import profiling as pf
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, device=device, dtype=dtype, reference=True)  # CSVs tagged with the device
 dev, dt, tag, target = ch.device, ch.dtype, ch.tag, ch.target
 b = torch.finfo(dt).bits // 8  # bytes per element
@@ -165,9 +168,12 @@ print("t(1) by thread count, median (IQR) ms: " + "; ".join(
     f"{n}: {r.median_ms:.1f} ({r.q25_ms:.1f}–{r.q75_ms:.1f})" for n, r in tt.iterrows()))
 if n_fastest != n_threads:
     lo_f, hi_a = tt.loc[n_fastest, "q75_ms"], tt.loc[n_threads, "q25_ms"]
-    print(f"fastest median at {n_fastest} thread(s); "
-          + ("its IQR overlaps every core's: a tie." if lo_f >= hi_a else
-             f"clearly faster than every core here: the curves below, on {n_threads}, are slower than they need be."))
+    n_timed = max(3, repeats)  # timings per thread count: the sample the verdict rule reads
+    print(f"lowest median at {n_fastest} thread(s); "
+          + ("its IQR overlaps every core's: no order between them." if lo_f >= hi_a else
+             f"its IQR lies below every core's ({n_timed} timings each): "
+             + report.judged(f"faster than every core here, so the curves below, on {n_threads}, are slower than "
+                             "they need be", n_timed) + "."))
 
 # %% [markdown]
 # ## 3. What one pass moves and computes
@@ -351,8 +357,8 @@ if blas_df is not None:
         extra = cmp_[dflt] / cmp_[auto] - 1
         display(Markdown(
             f"On {n_threads} thread(s), a T-token pass costs " + ", ".join(
-                f"{cmp_.loc[T, dflt]:.2f} (T = {T})" for T in cmp_.index) + f" one-token passes under MKL's default "
-            f"choices and " + ", ".join(f"{cmp_.loc[T, auto]:.2f}" for T in cmp_.index) + f" under {auto}: "
+                f"{cmp_.loc[T, dflt]:.2f} (T = {T})" for T in cmp_.index) + " one-token passes under MKL's default "
+            "choices and " + ", ".join(f"{cmp_.loc[T, auto]:.2f}" for T in cmp_.index) + f" under {auto}: "
             + (f"the default costs a verification pass {100 * extra.min():.1f}–{100 * extra.max():.1f}% more."
                if (extra > 0).all() else
                f"{auto} costs a verification pass {-100 * extra.max():.1f}–{-100 * extra.min():.1f}% more "
@@ -590,10 +596,10 @@ print(f"bare matmuls at M = 1 take {floor_ratio:.2f}× the time the copy bandwid
       + ("consistent (a matmul cannot stream its weights faster than a copy)" if floor_ratio > floor_share else
          "INCONSISTENT, faster than a copy: the bandwidth or the matmuls were timed under load; rerun alone"))
 if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matmuls wall time (launches)
-    agree = 1 / profiler_factor < prof_mm / t_lin < profiler_factor
+    agree = 1 / profiler_factor < prof_mm / t_lin < profiler_factor  # a consistency check, not a verdict
     print(f"the profiler's matmul time of t(1) ({1e3 * prof_mm:.1f} ms) and the bare matmuls ({1e3 * t_lin:.1f} ms) "
-          + (f"agree within a factor {profiler_factor:g}" if agree else
-             f"DISAGREE by more than a factor {profiler_factor:g}: timed under load? rerun alone"))
+          + (f"are within a factor {profiler_factor:g} of each other: consistent" if agree else
+             f"differ by more than a factor {profiler_factor:g}, INCONSISTENT: timed under load? rerun alone"))
 
 # %% [markdown]
 # ## 7. Prefill versus decode: one pass for the prompt, one pass per generated token
@@ -856,6 +862,12 @@ if extra:
     lines.insert(-1, "- **Section 4b also timed** " + ", ".join(
         f"T = {T}: {r:.2f} ({'within' if r <= one_pass else 'above'} the bar)" for T, r in extra.items())
         + ", in the same setting; section 4 did not time these T.")
+# the verdict per T, saved for the setting line of every decoding chapter (book.CHAPTER1_VERDICT, Chapter.setting)
+verdict = pd.DataFrame([dict(threads=n_threads, S=S0, T=int(T), ratio=float(p0s.loc[T, "ratio"]), one_pass=one_pass)
+                        for T in [1, *small]])
+verdict.to_csv(ch.out / Path(book.CHAPTER1_VERDICT).name, index=False)
+lines.append(f"- **Saved for the other chapters** (`{Path(book.CHAPTER1_VERDICT).name}`, read by their setting line): "
+             f"t(T)/t(1) for T = {', '.join(str(T) for T in small)} at {n_threads} thread(s), S = {S0}.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
