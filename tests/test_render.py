@@ -77,6 +77,8 @@ def make_run(run_dir: Path, error_in: str | None = None) -> Path:
     (head / "theory_check.csv").write_text(
         "runner,k,c,verify_ratio,calls,alpha_pooled,predicted_pooled,predicted_median,measured_median,rel_error\n"
         "linear (draft model),4,0.1,1.09,12,0.3,0.95,0.838,0.853,0.018\n")
+    (run_dir / "timings.csv").write_text("notebook,seconds,status,commit,machine,date\n" + "".join(
+        f'{stem},1.0,ok,abc123,"Test CPU, 2 cores",2026-12-03 10:0{i} UTC\n' for i, stem in enumerate(CHAPTERS)))
     return run_dir
 
 
@@ -138,6 +140,13 @@ def test_front_page_titled_toc_headline_and_machine(book):
                  "device (the chapters"):
         assert cell in text, cell
     assert any(src.endswith("speedup_by_task.png") for src in page.images)
+    # the run it comes from (timings.csv), and links to its tables relative to the book's folder: a copied book
+    # keeps them (no absolute build path)
+    assert "commit abc123" in text and "on Test CPU, 2 cores, 2026-12-03 10:00 UTC to 2026-12-03 10:02 UTC" in text
+    hrefs = [a["href"] for a in page.anchors]
+    for rel in ("06_speedup/headline_runs.csv", "06_speedup/theory_check.csv", "timings.csv"):
+        assert rel in hrefs and (book / rel).is_file(), (rel, hrefs)
+    assert not any(h.startswith("/") or str(book) in h for h in hrefs), hrefs
 
 
 def test_prev_next_reach_every_chapter(book):

@@ -38,6 +38,7 @@ import nbformat
 
 from ..paths import REPO_ROOT
 from ..study.bench import paired_ratios
+from ..study.report import PREFILL_COUNTED
 
 HEADLINE = "06_speedup"          # the chapter whose files make the front page's headline
 HEADLINE_FIGURE = "speedup_by_task.png"
@@ -146,6 +147,30 @@ def run_parameters(nb) -> list[tuple[str, str, bool]]:
     return rows
 
 
+def _link(p: Path, run_dir: Path) -> str:
+    """A link from the front page (``<run_dir>/index.html``) to a file of the run, relative to the book's folder:
+    a copied or moved book keeps its links (an absolute build path would not)."""
+    rel = Path(os.path.relpath(Path(p).resolve(), Path(run_dir).resolve())).as_posix()
+    return f'<a href="{rel}"><code>{rel}</code></a>'
+
+
+def run_origin(run_dir: Path) -> str:
+    """The run's commit, machine and dates, from its ``timings.csv`` (``scripts/run_book.py`` writes them)."""
+    import pandas as pd
+
+    f = run_dir / "timings.csv"
+    if not f.is_file():
+        return ""
+    t = pd.read_csv(f, dtype=str).fillna("")
+    if "commit" not in t:
+        return ""
+    commits, machines = sorted(set(t.commit) - {""}), sorted(set(t.machine) - {""})
+    dates = sorted(set(t.date) - {""})
+    span = f"{dates[0]} to {dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "")
+    return (f"commit `{', '.join(commits) or 'not recorded'}`, on {'; '.join(machines) or 'a machine not recorded'}"
+            + (f", {span}" if span else ""))
+
+
 def _relative(p: Path) -> str:
     try:
         return str(p.resolve().relative_to(REPO_ROOT))
@@ -201,7 +226,7 @@ def machine() -> dict[str, str]:
 
 
 # -- the headline ------------------------------------------------------------------------------------
-def headline_table(folder: Path) -> str:
+def headline_table(folder: Path, run_dir: Path | None = None) -> str:
     """Chapter 6's headline as a Markdown table, from the run's ``headline_runs.csv``: each method's paired
     speedup over the autoregressive decoder (median and IQR over calls), α pooled over calls (accepted ÷
     (accepted + rejections)) and τ (new tokens ÷ target passes), per temperature. A run folder with only
@@ -236,7 +261,8 @@ def headline_table(folder: Path) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         n = int(runs[runs.runner == "autoregressive"].shape[0] / max(1, len(temps)))
         caption = (f"Tokens/s ÷ the autoregressive decoder's on the same prompt and repeat: median (IQR) over "
-                   f"{n} paired calls per temperature; α and τ pooled over the calls (`{_relative(runs_csv)}`).")
+                   f"{n} paired calls per temperature; α and τ pooled over the calls; {PREFILL_COUNTED} "
+                   f"({_link(runs_csv, run_dir or folder.parent)}).")
         return caption + "\n\n" + "\n".join(lines)
     if summary_csv.is_file():
         s = pd.read_csv(summary_csv)
@@ -245,11 +271,11 @@ def headline_table(folder: Path) -> str:
         lines = ["| task | " + " | ".join(p.columns) + " |", "|" + "---|" * (len(p.columns) + 1)]
         lines += [f"| {task} | " + " | ".join(f"{v:.2f}×" for v in row) + " |" for task, row in p.iterrows()]
         return (f"Median paired speedup over the autoregressive decoder per task, greedy "
-                f"(`{_relative(summary_csv)}`).\n\n" + "\n".join(lines))
+                f"({_link(summary_csv, run_dir or folder.parent)}).\n\n" + "\n".join(lines))
     raise BookError(f"{HEADLINE} ran but wrote neither headline_runs.csv nor summary.csv in {folder}")
 
 
-def theory_sentence(folder: Path) -> str:
+def theory_sentence(folder: Path, run_dir: Path | None = None) -> str:
     f = folder / "theory_check.csv"
     if not f.is_file():
         return ""
@@ -260,7 +286,7 @@ def theory_sentence(folder: Path) -> str:
              f"({100 * r.rel_error:.1f}% apart; c = {r.c:.3f}, verify pass = {r.verify_ratio:.2f} one-token passes)"
              for r in rows.itertuples()]
     return ("Leviathan et al.'s Theorem 3.8 against the measured decode loop, each call predicted from its own α̂ "
-            "(median over calls): " + "; ".join(parts) + f" (`{_relative(f)}`).")
+            "(median over calls): " + "; ".join(parts) + f" ({_link(f, run_dir or folder.parent)}).")
 
 
 # -- writing the Sphinx project ---------------------------------------------------------------------
@@ -325,10 +351,10 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
         (src / "_run").mkdir(exist_ok=True)
         shutil.copy2(fig, src / "_run" / fig.name)
         out += [f"Every method against our autoregressive decoder, as this run measured it in {{doc}}`{HEADLINE}`.",
-                "", headline_table(folder), "",
+                "", headline_table(folder, run_dir), "",
                 f"```{{figure}} _run/{fig.name}", ":alt: speedup over autoregressive decoding per task",
-                ":width: 100%", "", f"Paired speedup per task and temperature (`{_relative(fig)}`).", "```"]
-        theory = theory_sentence(folder)
+                ":width: 100%", "", f"Paired speedup per task and temperature ({_link(fig, run_dir)}).", "```"]
+        theory = theory_sentence(folder, run_dir)
         if theory:
             out += ["", theory]
     out += ["", "## Chapters", "", "| chapter | what it measures or proves | run time |", "|---|---|---|"]
@@ -344,8 +370,10 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
     params = f"`book/params/{params_name}.yaml`" if params_name else "its parameter file"
     out += ["", "## This run", "",
             f"{len(chapters)} chapters executed with {params} in {total / 60:.1f} min of notebook time, "
-            f"finished {when} (UTC), into `{_relative(run_dir)}/` (executed notebooks in `notebooks/`, each "
-            "chapter's figures and tables in a folder of its name), on this machine:", "",
+            f"finished {when} (UTC), into this book's folder (`{_relative(run_dir)}/`; executed notebooks in "
+            "`notebooks/`, each chapter's figures and tables in a folder of its name)"
+            + (f"; from {origin}" if (origin := run_origin(run_dir)) else "")
+            + f" ({_link(run_dir / 'timings.csv', run_dir)}). The machine:", "",
             "| machine | |", "|---|---|"]
     info = {**pair_rows(chapters), **info}
     out += [f"| {k} | {_md_escape(v)} |" for k, v in info.items()]
