@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec_core.tools.book import ONE_POINT
+from specdec_core.study import report
+from specdec_core.tools.book import BANNER, CI_BANNER, ONE_POINT
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "build" / "book-ci" / "notebooks"
@@ -114,6 +115,96 @@ def test_every_code_cell_ran_and_no_section_skipped(path):
     assert not unrun, f"{path.name}: code cells {unrun} did not run"
     hits = _hits(path, {"skipped section": SKIPPED})
     assert not hits, f"{path.name}:\n" + "\n".join(hits)
+
+
+# -- one story: the banner, the verdict rule, the prefill in every speed table's caption ------------------
+RATIO = re.compile(r"\(IQR [^()]*?, (\d+) pairs\): (\w+)")   # report.ratio_phrase's ": verdict" after the sample size
+SENTENCE = re.compile(r";\s*|(?<=\.)\s+(?=[A-Z*(-])|\n|\|")       # clauses (';'), sentences, lines, table cells
+# a displayed table whose columns are decode speeds: its caption (book.show) must say whether the prefill is counted
+SPEED_HEADER = re.compile(r"<th[^>]*>[^<]*(speedup|tokens_per_s|tok/s|tokens/s|median ratio)[^<]*</th>", re.I)
+
+
+def _cells(path: Path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and "injected-parameters" not in c.metadata.get("tags", [])]
+
+
+def verdict_rule_breaches(texts) -> list[str]:
+    """Sentences that print a verdict word beside "unresolved at this size", and ratio phrases of fewer than
+    ``report.MIN_PAIRS`` pairs that print a verdict at all."""
+    found = []
+    for text in texts:
+        for m in RATIO.finditer(text):
+            if int(m.group(1)) < report.MIN_PAIRS and m.group(2) != "unresolved":
+                found.append(f"{m.group(0)!r}: a verdict for {m.group(1)} pairs")
+        for sentence in SENTENCE.split(text):
+            if report.UNRESOLVED in sentence and (w := report.VERDICT_WORDS.search(sentence)):
+                found.append(f"{w.group(0)!r} beside {report.UNRESOLVED!r}: {sentence.strip()[:160]!r}")
+    return found
+
+
+def uncaptioned_speed_tables(cells) -> list[str]:
+    """Speed tables (HTML tables with a speed column) not preceded, in their cell, by a caption naming the prefill."""
+    found = []
+    for i, cell in cells:
+        said = ""
+        for output in cell.get("outputs", []):
+            html = (output.get("data") or {}).get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            if "<table" in html and SPEED_HEADER.search(html) and "prefill" not in said.lower():
+                found.append(f"cell {i}: a speed table ({SPEED_HEADER.search(html).group(1)}) without a prefill caption")
+            said += " ".join(_texts(output))
+    return found
+
+
+@needs_book
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_chapter_opens_with_its_banner(path):
+    """The first output of the first code cell names the parameter file; at CI size, it says what that means."""
+    _skip_if_stale(path)
+    first = next((c for _, c in _cells(path) if c.get("outputs")), None)
+    assert first is not None, f"{path.name}: no output at all"
+    text = " ".join(_texts(first.outputs[0]))
+    assert BANNER in text, f"{path.name}: the first output is not the banner: {text[:160]!r}"
+    assert "ci.yaml" in text and CI_BANNER in text, f"{path.name}: the CI book's banner must say {CI_BANNER!r}"
+
+
+@needs_book
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_verdict_where_the_rule_says_unresolved(path):
+    _skip_if_stale(path)
+    found = verdict_rule_breaches(text for _, text in _outputs(path))
+    assert not found, f"{path.name}:\n" + "\n".join(found)
+
+
+@needs_book
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_speed_table_says_whether_the_prefill_is_counted(path):
+    _skip_if_stale(path)
+    found = uncaptioned_speed_tables(_cells(path))
+    assert not found, f"{path.name}:\n" + "\n".join(found)
+
+
+def test_the_story_checks_catch_what_they_must():
+    """The three checks above, each shown failing on a planted breach and passing on its repair."""
+    import nbformat
+
+    bad = ["linear: 1.50× (IQR 1.30–1.70, 3 pairs): faster.",
+           "- tree: 1.20× (IQR 1.10–1.30, 2 pairs): unresolved at this size (n = 2, fewer than 6), so the tree wins.",
+           "theory and measurement AGREE: unresolved at this size (n = 3, fewer than 6)"]
+    assert [len(verdict_rule_breaches([b])) for b in bad] == [1, 1, 1]
+    good = [report.ratio_phrase_median(1.5, 1.3, 1.7, n=3) + "; the n-gram draft pays nothing on this task.",
+            report.ratio_phrase_median(1.5, 1.3, 1.7, n=12), "- **Theory**: " + report.judged("agree", 3) + "."]
+    assert verdict_rule_breaches(good) == []
+    table = nbformat.v4.new_output("display_data", data={"text/html": "<table><tr><th>speedup</th></tr></table>",
+                                                         "text/plain": "table"})
+    caption = nbformat.v4.new_output("display_data", data={"text/markdown": f"*{report.caption('x', True)}*",
+                                                           "text/plain": "caption"})
+    assert uncaptioned_speed_tables([(0, nbformat.v4.new_code_cell("t", outputs=[table]))])
+    assert not uncaptioned_speed_tables([(0, nbformat.v4.new_code_cell("t", outputs=[caption, table]))])
 
 
 def test_scanner_sees_what_it_must(tmp_path):
