@@ -381,6 +381,30 @@ def front_page(chapters: list[Chapter], run_dir: Path, params_name: str | None, 
     return "\n".join(out)
 
 
+# -- the appendix: Markdown pages of book/ after the chapters ---------------------------------------
+APPENDIX = ("notation.md", "solutions.md")  # pages of the repository's book/ (MyST), in order, after the last chapter
+
+
+def with_appendix(index_md: str, src: Path, folder: Path | None) -> str:
+    """Stage the :data:`APPENDIX` pages of ``folder`` that exist (None: none) into the Sphinx sources ``src`` and
+    return ``index_md`` with them: an "Appendix" list (each page by its title) before the front page's "This run"
+    section (else at its end), and a table of contents after the chapters' own, so the pages follow the last
+    chapter in the sidebar and in prev/next. A page must build without warnings on its own: it cannot link to a
+    chapter the run may lack."""
+    pages = [Path(folder) / name for name in APPENDIX if folder is not None and (Path(folder) / name).is_file()]
+    if not pages:
+        return index_md
+    for page in pages:
+        shutil.copy2(page, src / page.name)
+    listed = "\n".join(f"- {{doc}}`{p.stem}`" for p in pages)
+    section = f"## Appendix\n\n{listed}\n\n"
+    marker = "\n## This run\n"
+    index_md = index_md.replace(marker, f"\n{section}## This run\n", 1) if marker in index_md \
+        else f"{index_md.rstrip()}\n\n{section}"
+    toc = ["```{toctree}", ":hidden:", ":maxdepth: 1", ":caption: Appendix", "", *(p.stem for p in pages), "```"]
+    return index_md.rstrip() + "\n\n" + "\n".join(toc) + "\n"
+
+
 CONF = '''\
 # Written by specdec_core/tools/render.py for one render; edit that module, not this file.
 project = "specdec"
@@ -474,8 +498,10 @@ def _render(run_dir: Path, notebooks, params_name, readme, info, skipped: dict[s
     src.mkdir(parents=True)
     for ch in chapters:
         nbformat.write(stage_notebook(ch, params_name), src / f"{ch.stem}.ipynb")
-    (src / "index.md").write_text(front_page(chapters, run_dir, params_name, src, info or machine(), skipped),
-                                  encoding="utf-8")
+    index_md = front_page(chapters, run_dir, params_name, src, info or machine(), skipped)
+    # the appendix: the pages of book/ beside the README the summaries come from (no README, no appendix)
+    appendix = Path(readme).parent / "book" if readme is not None else None
+    (src / "index.md").write_text(with_appendix(index_md, src, appendix), encoding="utf-8")
     (src / "conf.py").write_text(CONF.format(suppress=TOLERATED_WARNINGS, title=TITLE), encoding="utf-8")
     sphinx_build(src, html, site / "doctrees")
     missing = [p for p in ["index.html", "search.html", "searchindex.js", *(f"{c.stem}.html" for c in chapters)]
