@@ -99,6 +99,26 @@ def test_pooling_and_impossible_samples():
     assert g.impossible == 1 and g.pvalue == 0.0  # a sample where p = 0 rejects outright
 
 
+def test_borderline_verdicts_name_the_threshold():
+    assert ex.p_verdict(0.52, 0.01) == "passes (p = 0.52 > 0.01)"
+    assert ex.p_verdict(1e-7, 0.01) == "rejected (p = 1e-07 ≤ 0.01)"
+    assert ex.p_verdict(0.016, 0.01) == "borderline (p = 0.016, threshold 0.01): passes"
+    assert ex.p_verdict(0.005, 0.01).startswith("borderline (p = 0.005, threshold 0.01): rejected")
+    assert ex.borderline(0.03, 0.01) and not ex.borderline(0.031, 0.01) and not ex.borderline(0.0033, 0.01)
+    assert not ex.borderline(0.016, 0.01, factor=1.5)
+
+
+def test_own_seed_stream(pair):
+    """A spec in seed_offsets samples from seeds of its own; the others keep seed0 + i (common random numbers)."""
+    kw = dict(N=40, n=2, seed0=SEED, min_expected=P["min_expected"], threads=T)
+    setting = [{"name": "T=1", "temperature": 1.0}]
+    _, shared = ex.gof_family(pair, P["prompt"], ["linear:ngram"], setting, [1], **kw)
+    _, own = ex.gof_family(pair, P["prompt"], ["linear:ngram"], setting, [1], seed_offsets={"linear:ngram": 40}, **kw)
+    _, later = ex.gof_family(pair, P["prompt"], ["linear:ngram"], setting, [1], **{**kw, "seed0": SEED + 40})
+    key = ("linear:ngram", "T=1", 1)
+    assert (own[key].tokens == later[key].tokens).all() and not (own[key].tokens == shared[key].tokens).all()
+
+
 def test_holm():
     adj = ex.holm([0.01, 0.04, 0.03, 0.5])
     np.testing.assert_allclose(adj, [0.04, 0.09, 0.09, 0.5])

@@ -8,6 +8,7 @@ every length-``n`` continuation is enumerated with the same :func:`~specdec_core
 - :func:`sample_sequences`  ``N`` continuations through ``generate`` (plus the acceptance record).
 - :func:`gof_test`          Pearson (or G) goodness of fit, small expected counts pooled.
 - :func:`holm`              Holm's step-down adjustment across a family of tests.
+- :func:`p_verdict`         a test's verdict with its numbers, "borderline" near its threshold (:func:`borderline`).
 - :func:`tv_upper_bound`    an upper confidence bound on TV(law sampled, p): equivalence, not only non-rejection.
 - :func:`power`, :func:`samples_needed`, :func:`least_favourable`: power analysis for a given TV.
 - :func:`homogeneity_test`, :func:`conditional_counts`, :func:`next_token_laws`: checks on a real target.
@@ -255,6 +256,23 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
+def borderline(p: float, threshold: float, factor: float = 3.0) -> bool:
+    """Whether a p-value lies within ``factor`` of its threshold, on either side (``threshold / factor <= p <=
+    threshold * factor``): a pass or a rejection that another seed could have turned round."""
+    return threshold / factor <= float(p) <= threshold * factor
+
+
+def p_verdict(p: float, threshold: float, factor: float = 3.0, passed: str = "passes",
+              rejected: str = "rejected") -> str:
+    """A test's verdict with its numbers: ``'passes (p = 0.52 > 0.01)'``, ``'rejected (p = 1e-07 ≤ 0.01)'``, or,
+    where :func:`borderline`, ``'borderline (p = 0.016, threshold 0.01): passes'`` instead of a flat one."""
+    ok = float(p) > threshold
+    word = passed if ok else rejected
+    if borderline(p, threshold, factor):
+        return f"borderline (p = {p:.2g}, threshold {threshold:g}): {word}"
+    return f"{word} (p = {p:.2g} {'>' if ok else '≤'} {threshold:g})"
+
+
 def binomial_interval(successes: int, trials: int, conf: float = 0.99) -> tuple[float, float]:
     """Clopper–Pearson interval for a proportion."""
     a = 1 - conf
@@ -431,8 +449,12 @@ def first_divergence(target, prompt, tokens: list[int], reference: list[int]):
 
 # -- the checks, as the book and the tests run them ------------------------------------------------
 def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0, min_expected: float = 5.0,
-               threads: int | None = 1, skip_unavailable: bool = True):
+               threads: int | None = 1, skip_unavailable: bool = True, seed_offsets: dict | None = None):
     """Sequence-level goodness of fit of every available (spec, setting, k) against the exact law.
+
+    Every spec samples with seeds ``seed0 + i`` (common random numbers: two specs that draft alike emit alike),
+    except those in ``seed_offsets`` (spec → offset), which sample with ``seed0 + offset + i``: a seed stream of
+    their own, so that their test is independent evidence.
 
     Returns ``(rows, samples)``: one dict per run (spec, setting, k, N, statistic, df, pvalue, p_holm
     (Holm across all rows), impossible, tv_upper, acceptance and, for linear k = 1, acceptance_z) and
@@ -452,7 +474,8 @@ def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0
             method, dname = parse_spec(spec)
             for k in ([ks[0]] if method == "autoregressive" else ks):
                 s = sample_sequences(pair.target, prompt, n, N, params, method, pair.drafters.get(dname), k=k,
-                                     seed0=seed0, threads=threads, confidence=spec_confidence(spec))
+                                     seed0=seed0 + (seed_offsets or {}).get(spec, 0), threads=threads,
+                                     confidence=spec_confidence(spec))
                 c = s.counts(V)
                 g = gof_test(c, law, min_expected, seed=seed0 + len(rows))
                 z = acceptance_z(s) if method == "linear" and k == 1 and len(s.overlap) else float("nan")
