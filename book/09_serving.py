@@ -18,7 +18,8 @@
 # compete. A speculative step over B rows is a pass over B·(K + 1) tokens, and once that pass is no longer
 # nearly free the extra tokens cost more than the accepted drafts save. Somewhere in B speculation stops
 # paying, if it paid at B = 1. This chapter measures whether and where, predicts it from pass costs alone,
-# and checks the prediction.
+# checks the prediction, and reads the trend of speculation's ratio over B whichever way it goes: on a machine
+# where a pass has a large fixed cost, a larger batch can also help speculation (the section on the trend says why).
 #
 # The batch runs on `sd.generate_batch` (`specdec_core/serving/`): one preallocated cache with a length per
 # row, so rows that accept different numbers of tokens are never re-padded. Each row's *accept* phase is the
@@ -43,7 +44,9 @@ k_model = 3                    # the model draft's K (its model card's sweep on 
 pass_repeats = 5               # rounds timing the single-sequence passes t(T) of the cost model
 stream_prompts = 3             # prompts decoded one at a time for the streaming section
 check_batch = 8                # the batch size whose autoregressive speed is set against B 1 and its requests one by one
+trend_p = 0.05                 # the rank correlation's p-value under which speculation's ratio has a direction in B
 out_dir = "../build/book/09_serving"
+params_name = None  # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %%
 import matplotlib.pyplot as plt
@@ -52,12 +55,15 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
+from scipy import stats as st
+
 import specdec_core as sd
 from specdec_core.study import report
 from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 from specdec_core.study import serving as sv
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, need=("model", "ngram"))
 pair, out = ch.pair, ch.out
 encoded = [ids for _, ids in ch.encoded]
@@ -69,9 +75,18 @@ print(ch)
 # and with the shipped draft model, each at a K chosen before this chapter ran. A fourth runner decodes
 # one prompt with the single-sequence `sd.generate`, to see what the batch path costs at B = 1, and, when
 # `check_batch` (8) is one of `batch_sizes`, a fifth serves the requests of that batch one after another, to see
-# what the batch buys.
+# what the batch buys. The single-sequence pass costs t(T) that the prediction below needs are timed first; the
+# setting line reads the verify cost of prompt lookup's K from them, t(K + 1)/t(1).
 
 # %%
+K = {"linear, n-gram": k_ngram, "linear, model draft": k_model}
+counts = sorted({1, k_ngram + 1} | set(batch_sizes) | {B * (k + 1) for B in batch_sizes for k in K.values()})
+context = int(np.median([ids.numel() for ids in encoded])) + max_new_tokens // 2
+cost = sv.pass_cost_curve(pair.target, counts, context, repeats=pass_repeats, draft=pair.drafters["model"].model)
+ch.save(cost, "pass_costs")
+t_target = cost[cost.who == "target"].set_index("T")["seconds"]
+display(ch.setting(k_ngram, float(t_target[k_ngram + 1] / t_target[1])))
+
 methods = {
     "autoregressive": dict(method="autoregressive"),
     "linear, n-gram": dict(method="linear", drafter=pair.drafters["ngram"], k=k_ngram),
@@ -80,11 +95,12 @@ methods = {
     # the same B = check_batch requests without a batch: generate on each in turn (a server without batching)
     "generate, one request at a time": dict(method="autoregressive", one_at_a_time=True, at=[check_batch]),
 }
-K = {"linear, n-gram": k_ngram, "linear, model draft": k_model}
 runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats,
                        progress=book.progress)
 ch.save(runs.drop(columns="outputs"), "batch_runs")
-report.shown(runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B"), 1)
+book.show(runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B"),
+          f"Tokens per second of the whole call, all rows, per method (rows) and batch size B (columns): median over "
+          f"{report.count(repeats, 'repeat')}.", prefill=True, digits=1)
 
 # %% [markdown]
 # ## Every row is the autoregressive answer
@@ -154,30 +170,44 @@ display(Markdown("\n".join(f"- {name}: {report.ratio_phrase(paired(*c))}; decode
 # Measured: the speedup of each speculative method over autoregressive decoding *at the same B*, paired by
 # repeat. Predicted: from single-sequence pass costs alone. Autoregressive decoding spends one pass over B
 # tokens, t(B), per B tokens. A speculative step spends K draft passes over B tokens, t_d(B) (nothing for
-# prompt lookup), and one verify pass over B·(K + 1) tokens, and yields τ tokens per row, τ taken from the
-# runs above (a row decodes exactly as its prompt would alone, so B changes τ only through which prompts
-# its batches hold):
+# prompt lookup), and one verify pass over B·(K + 1) tokens, and yields τ(B) tokens per row, τ(B) taken from
+# the runs above at that B (a row decodes exactly as its prompt would alone, so B changes τ only through which
+# prompts its batches hold: B = 1 decodes the first prompt, larger batches the first B, cycling):
 #
-# $$\text{speedup}(B) = \frac{\tau \, t(B)}{K\, t_d(B) + t\big(B (K+1)\big)}$$
+# $$\text{speedup}(B) = \frac{\tau(B) \, t(B)}{K\, t_d(B) + t\big(B (K+1)\big)}
+#   = \frac{\tau(B)}{v(B) + d(B)}, \qquad v(B) = \frac{t\big(B(K+1)\big)}{t(B)}, \quad d(B) = \frac{K\, t_d(B)}{t(B)}$$
 #
+# The second form counts the step's cost in autoregressive steps *at the same B*: v(B) is the verify ratio, d(B)
+# the draft's share (0 for prompt lookup). It says what moves the speedup along B: τ(B), and v(B) + d(B). While
+# t(T) is flat (a pass over a few tokens costs about what a pass over one does), v(B) stays near 1 and speculation
+# keeps what it had at B = 1; once B·(K + 1) tokens are past the knee of chapter 1 and B tokens are not, v(B)
+# grows toward K + 1 and the speedup falls. A fixed cost per pass that does not grow with its tokens (Python
+# dispatch, small kernels) works the other way: it weighs less in a large pass, so v(B) and d(B) can also
+# shrink as B grows. Which of the two happens is a property of the machine and the pair; the table gives τ(B),
+# v(B), d(B) and the autoregressive decoder's cost per token t(B)/B as this run measured them.
 # The crossover is the smallest B whose speedup falls below 1.
 
 # %%
-counts = sorted({B for B in batch_sizes} | {B * (k + 1) for B in batch_sizes for k in K.values()})
-context = int(np.median([ids.numel() for ids in encoded])) + max_new_tokens // 2
-cost = sv.pass_cost_curve(pair.target, counts, context, repeats=pass_repeats, draft=pair.drafters["model"].model)
-ch.save(cost, "pass_costs")
 rows = []
+t_draft = cost[cost.who == "draft"].set_index("T")["seconds"]
 for name, k in K.items():
-    tau = float(runs[runs.method == name].tau.mean())
+    drafted = "model" in name
     for B in batch_sizes:
         r = paired(name, "autoregressive", B, B)
+        tau = float(runs[(runs.method == name) & (runs.B == B)].tau.mean())
         rows.append(dict(method=name, B=B, K=k, tau=tau, measured=r.median(), q25=r.quantile(0.25),
                          q75=r.quantile(0.75), n=r.size,
-                         predicted=sv.predict_speedup(cost, B, k, tau, drafted="model" in name)))
+                         verify_ratio=float(t_target[B * (k + 1)] / t_target[B]),
+                         draft_share=float(k * t_draft[B] / t_target[B]) if drafted else 0.0,
+                         ar_ms_per_token=float(t_target[B] / B * 1e3),
+                         predicted=sv.predict_speedup(cost, B, k, tau, drafted=drafted)))
 speed = pd.DataFrame(rows)
 ch.save(speed, "speedup_vs_batch")
-speed.round(3)
+book.show(speed, "Speculation ÷ autoregressive decoding at the same B. measured: tokens/s of the whole call, "
+          "paired by repeat, median and IQR (q25–q75) over n pairs; tau: tokens per row and target pass at that B; "
+          "verify_ratio = t(B(K+1))/t(B), draft_share = K·t_d(B)/t(B) and ar_ms_per_token = t(B)/B come from "
+          "single-sequence pass costs (no prefill in them); predicted = tau ÷ (verify_ratio + draft_share).",
+          prefill=True)
 
 # %% [markdown]
 # The figure sets the measured medians (with their interquartile ranges) beside the prediction; the dashed
@@ -201,28 +231,82 @@ ch.savefig(fig, "speedup_vs_batch")
 lines = []
 for name, g in speed.groupby("method", sort=False):
     m, p = sv.crossover(g.B, g.measured), sv.crossover(g.B, g.predicted)
-    def say(b):  # a crossover at the smallest B means speculation never paid in this run: say that
+    n_min = int(g.n.min())  # pairs at the B with fewest: what a statement about the crossover rests on
+
+    def say(b):  # a crossover at the smallest B means speculation was below 1 from the start: say that
         if b is None:
             return f"none up to B = {max(batch_sizes)}"
-        return f"none: slower already at B = {b}" if b == g.B.iloc[0] else f"B = {b}"
-    m_never, p_never = (x is not None and x == g.B.iloc[0] for x in (m, p))  # never paid: no crossover to compare
+        return f"none: below 1 already at B = {b}" if b == g.B.iloc[0] else f"B = {b}"
+    m_never, p_never = (x is not None and x == g.B.iloc[0] for x in (m, p))  # never above 1: no crossover to compare
     if (m is None) != (p is None) or m_never != p_never:
-        agree = "they disagree on whether speculation paid at all"
-    elif m is None or m_never:
-        agree = "they agree"
-    elif m == p:
-        agree = "they agree"
-    else:  # name the batch size where the two disagree on whether speculation pays
+        agree = report.judged("they disagree on whether speculation paid at all", n_min)
+    elif m is None or m_never or m == p:
+        agree = report.judged("they agree", n_min)
+    else:  # name the batch size where the two part ways on whether speculation pays
         b = min(m, p)
         row = g.set_index("B").loc[b]
-        agree = (f"the prediction crosses {'earlier' if p < m else 'later'}: at B = {b} it predicts "
-                 f"{row.predicted:.3f}× where {row.measured:.3f}× was measured")
-    lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f}): speedup at B = {g.B.iloc[0]}: "
+        agree = report.judged(f"the prediction crosses {'earlier' if p < m else 'later'}: at B = {b} it predicts "
+                              f"{row.predicted:.3f}× where {row.measured:.3f}× was measured", n_min)
+    lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}, τ = {g.tau.iloc[0]:.2f} at B = {g.B.iloc[0]}): speedup at "
+                 f"B = {g.B.iloc[0]}: "
                  f"{report.ratio_phrase_median(g.measured.iloc[0], g.q25.iloc[0], g.q75.iloc[0], n=int(g.n.iloc[0]))}, at B = "
                  f"{g.B.iloc[-1]}: {report.ratio_phrase_median(g.measured.iloc[-1], g.q25.iloc[-1], g.q75.iloc[-1], n=int(g.n.iloc[-1]))} "
-                 f"(predicted {g.predicted.iloc[-1]:.2f}×); crossover measured {say(m)}, predicted {say(p)} ({agree})"
-                 + ("; one pair per B, so the measured crossover is one noisy reading." if g.n.min() < 2 else "."))
+                 f"(predicted {g.predicted.iloc[-1]:.2f}×). Crossover measured {say(m)}, predicted {say(p)}; "
+                 f"whether they match: {agree}"
+                 + ("; one pair per B, so the measured crossover is one noisy reading." if n_min < 2 else "."))
 display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## The trend in B, and why
+# The crossover reads one B at a time. The trend reads them all: does speculation's ratio over autoregressive
+# decoding fall as B grows (the premise above: the verify pass stops being nearly free), rise, or neither? The
+# direction comes from Spearman's rank correlation between B and every paired ratio of the run (a direction is
+# named only when its p-value is under `trend_p`, and only for a sample the verdict rule allows), and the ends are
+# set side by side with their interquartile ranges. The why is the cost model's decomposition above, between the
+# smallest and the largest B: how much τ(B) moved (the batches hold different prompts), how much the step's cost
+# in autoregressive steps v(B) + d(B) moved, and how cheap a token of autoregressive decoding became, t(B)/B.
+
+# %%
+def iqr_text(r) -> str:
+    """A measured ratio with its IQR (none for a single pair)."""
+    spread = f"IQR {r.q25:.2f}–{r.q75:.2f}, " if r.n > 1 else ""
+    return f"{r.measured:.2f}× ({spread}{report.count(r.n, 'pair')})"
+
+
+trend_rows, trend_lines = [], []
+for name, k in K.items():
+    pairs = pd.concat([paired(name, "autoregressive", B, B).rename(B) for B in batch_sizes], axis=1).melt(
+        var_name="B", value_name="ratio").dropna()
+    n = len(pairs)
+    rho, pval = (st.spearmanr(pairs.B, pairs.ratio) if n >= 3 and pairs.ratio.nunique() > 1
+                 else (float("nan"), float("nan")))
+    word = ("rising" if rho > 0 else "falling") if pval < trend_p else f"no direction (p ≥ {trend_p:g})"
+    g = speed[speed.method == name].set_index("B")
+    lo, hi = g.loc[min(batch_sizes)], g.loc[max(batch_sizes)]
+    ends = ("one pair at an end, so no interval to compare" if min(lo.n, hi.n) < 2 else "the two IQRs: " + report.judged(
+        "disjoint" if hi.q25 > lo.q75 or hi.q75 < lo.q25 else "overlapping", min(int(lo.n), int(hi.n))))
+    cost_lo, cost_hi = lo.verify_ratio + lo.draft_share, hi.verify_ratio + hi.draft_share
+    f_tau, f_cost = hi.tau / lo.tau, cost_hi / cost_lo
+    larger = "the step's cost" if abs(np.log(f_cost)) > abs(np.log(f_tau)) else "τ"
+    same_way = np.sign(hi.predicted - lo.predicted) == np.sign(hi.measured - lo.measured)
+    trend_rows.append(dict(method=name, pairs=n, spearman_rho=rho, p_value=pval, ratio_B_min=lo.measured,
+                           ratio_B_max=hi.measured, tau_factor=f_tau, cost_factor=f_cost,
+                           predicted_B_min=lo.predicted, predicted_B_max=hi.predicted))
+    trend_lines.append(
+        f"- **Trend, {name}**: the ratio's direction in B: {report.judged(word, n)} (Spearman ρ = {rho:.2f}, "
+        f"p = {pval:.2g} over {report.count(n, 'pair')}); from {iqr_text(lo)} at B = {lo.name} to {iqr_text(hi)} at "
+        f"B = {hi.name}, {ends}. Why, from the pass costs: the step costs {cost_lo:.2f} autoregressive steps at B = {lo.name} "
+        f"and {cost_hi:.2f} at B = {hi.name} (verify ratio {lo.verify_ratio:.2f} → {hi.verify_ratio:.2f}"
+        + (f", draft share {lo.draft_share:.2f} → {hi.draft_share:.2f}" if "model" in name else "")
+        + f"), τ goes {lo.tau:.2f} → {hi.tau:.2f}, so the cost model moves the ratio ×{f_tau / f_cost:.2f} "
+        f"({lo.predicted:.2f}× → {hi.predicted:.2f}×), mostly through {larger}; the measured ratio moved "
+        f"×{hi.measured / lo.measured:.2f}, its direction against the prediction's: "
+        + report.judged("the same" if same_way else "opposite", min(int(lo.n), int(hi.n)))
+        + f". Meanwhile a token of autoregressive decoding costs {lo.ar_ms_per_token:.1f} ms of pass time at "
+        f"B = {lo.name} and {hi.ar_ms_per_token:.1f} ms at B = {hi.name}: the baseline speculation must beat.")
+trend = pd.DataFrame(trend_rows)
+ch.save(trend, "trend_vs_batch")
+display(Markdown("\n".join(trend_lines)))
 
 # %% [markdown]
 # ## Latency per request
@@ -239,7 +323,9 @@ ax.set(xscale="log", xlabel="batch size B", ylabel="seconds to the last token (m
 ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
 ax.xaxis.set_minor_locator(plt.NullLocator())
 ch.savefig(fig, "latency_vs_batch")
-batched.groupby(["method", "B"]).latency_s.median().unstack("B").round(2)
+book.show(batched.groupby(["method", "B"]).latency_s.median().unstack("B"),
+          "Seconds from the call's start to a row's last token, median row and repeat, per method (rows) and batch "
+          "size B (columns).", prefill=True, digits=2)
 
 # %% [markdown]
 # ## Streaming: what the reader sees
@@ -260,7 +346,10 @@ for name in ("autoregressive", "linear, n-gram", "linear, model draft"):
             arrivals += [dict(method=name, token=i + 1, seconds=t) for i, t in enumerate(res.stats.token_times)]
 stream = pd.DataFrame(stream_rows)
 ch.save(stream, "streaming_latency")
-stream.groupby("method", sort=False).median(numeric_only=True).drop(columns="prompt").round(1)
+book.show(stream.groupby("method", sort=False).median(numeric_only=True).drop(columns=["prompt", "ttft_ms"]),
+          f"Streaming one request at a time: tokens, chunks (steps that revealed tokens) and inter-token latency "
+          f"percentiles in ms, per token and per chunk, median over {report.count(stream_prompts, 'prompt')} (the "
+          f"time to first token, the prefill, is in the lines below).", prefill=False, digits=1)
 
 # %% [markdown]
 # The arrival pattern of the first prompt's answer: autoregressive tokens arrive one per pass, speculative
@@ -293,8 +382,29 @@ summary = [f"- All {checked} rows ({'; '.join(f'{m}: {n}' for m, n in by_method.
            + (f" (near-ties excused: {len(ties)})." if ties else ".")]
 summary += [f"- {name}: {report.ratio_phrase(paired(*c))}; the decode loop alone "
             f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))}." for name, c in checks.items()]
-summary += lines
+summary += lines + trend_lines
 summary += [f"- **Streaming, {name}** ({'medians over ' + str(stream_prompts) + ' prompts' if stream_prompts > 1 else 'one prompt'}): {int(r.tokens)} tokens in {int(r.chunks)} "
             f"chunks; per-token p50 {r.token_p50_ms:.0f} ms (autoregressive {med.loc['autoregressive', 'token_p50_ms']:.0f}), "
             f"per-chunk p50 {r.chunk_p50_ms:.0f} ms." for name, r in med.iterrows() if name != "autoregressive"]
 display(Markdown("\n".join(summary)))
+
+# %% [markdown]
+# ## Exercises
+# 1. From `pass_costs.csv` alone, predict the crossover B of a model draft with K = 1 and of one with K = 6 (τ from
+#    Leviathan et al.'s (1 − α^{K+1})/(1 − α) with the α of chapter 3). Does the longer K cross at a smaller B, and
+#    why would it? Rerun with `k_model` set to each and compare.
+# 2. τ(B) changes with B only through the prompts a batch holds (B = 1 decodes the first prompt alone). Predict
+#    the speedup at every B with one pooled τ (the mean of `tau` over the B of a method) instead of τ(B): does the
+#    predicted trend keep its direction? How much of the measured trend came from the prompt mix, and how much
+#    from the pass costs (compare the trend lines' τ and cost factors)?
+# 3. A server that speculates only while the batch is small: write the rule "speculate if predicted speedup(B) > 1"
+#    with `sv.predict_speedup` and this run's `pass_costs.csv`. What does it decide at each B here, and what on a GPU,
+#    where t(T) stays flat to a few hundred tokens (chapter 1's GPU knees)?
+# 4. Streaming: from `streaming_latency.csv`, how many tokens does an n-gram chunk carry on average, and what
+#    per-chunk p50 would a server report for a draft with τ = 3 at the same step cost? Why is the per-token
+#    latency the number a reader feels?
+# 5. Padding: a row that has met its end or its budget rides along masked until the last row is done, and in a
+#    speculative step rows feed different numbers of tokens (a row whose drafter proposed fewer is padded to the
+#    longest). Decode one batch of B = 8 with `sd.generate_batch(..., method="linear", drafter=pair.drafters["ngram"],
+#    k=4)` and read `.stats["slot_use"]`, the fraction of the verify passes' token slots that carried a real token.
+#    How does it change with K and B, and how would a server that regroups rows every step spend the rest?
