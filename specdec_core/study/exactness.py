@@ -269,8 +269,8 @@ def p_verdict(p: float, threshold: float, factor: float = 3.0, passed: str = "pa
     ok = float(p) > threshold
     word = passed if ok else rejected
     if borderline(p, threshold, factor):
-        return f"borderline (p = {p:.2g}, threshold {threshold:g}): {word}"
-    return f"{word} (p = {p:.2g} {'>' if ok else '≤'} {threshold:g})"
+        return f"borderline (p = {p:.3g}, threshold {threshold:.3g}): {word}"
+    return f"{word} (p = {p:.2g} {'>' if ok else '≤'} {threshold:.3g})"
 
 
 def binomial_interval(successes: int, trials: int, conf: float = 0.99) -> tuple[float, float]:
