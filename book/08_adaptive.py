@@ -57,6 +57,7 @@ k_max = 6                     # the most a confidence-stopped step drafts
 k_ngram = 4                   # prompt lookup's K (chapter 6's setting)
 device = "cpu"
 out_dir = "../build/book/08_adaptive"
+params_name = None            # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %%
 import matplotlib.pyplot as plt
@@ -70,6 +71,7 @@ from specdec_core.tools import book
 from specdec_core.study import figures
 from specdec_core.study import exactness as ex
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
                 need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
@@ -86,6 +88,7 @@ print(ch)
 # (`specdec_core.study.calibrate`).
 
 # %%
+display(ch.setting(k_max))  # the longest verify pass a confidence-stopped step makes, timed on the median prompt
 tune_set = sweep_prompts(pair, tune_prompts)
 cand = calibrate.candidates(fixed_ks, thetas, k_max)
 tune, tr = calibrate.tune(pair, tune_set, cand, max_new_tokens, repeats=tune_repeats)
@@ -113,7 +116,7 @@ def stored_line(stored: dict | None) -> str:
     differ = [f"{f} (stored {t}, here {mine[f]})" for f, t in stored["theta"].items() if f in mine and mine[f] != t]
     return (f"- **Stored with the draft** (`confidence=\"auto\"`, `scripts/calibrate_confidence.py` on "
             f"{stored.get('prompts', '?')} training prompts): θ " + ", ".join(f"{f} {t}" for f, t in stored["theta"].items())
-            + (f"; this run chose differently for {', '.join(differ)}." if differ else "; this run's choices agree."))
+            + (f"; this run chose differently for {', '.join(differ)}." if differ else "; this run chose the same θ."))
 
 
 display(Markdown("\n".join(f"- **{role}**: “{name}”, on training prompts against autoregressive decoding "
@@ -121,7 +124,9 @@ display(Markdown("\n".join(f"- **{role}**: “{name}”, on training prompts aga
                            f"{resolved(calibrate.ROLES[role], name)}"
                            for role, name in chosen.items())
                  + "\n" + stored_line(getattr(pair.drafters["model"], "calibration", None))))
-tr.drop(columns=["family", "setting"]).round(3)
+book.show(tr.drop(columns=["family", "setting"]),
+          f"Tuning on {len(tune_set)} held-out training prompts, greedy: each candidate's paired tokens/s ratio over "
+          "autoregressive decoding (median, q25, q75 over n calls), its α and drafted tokens per step.", prefill=True)
 
 # %% [markdown]
 # Speedup and α against θ on the training prompts; the dashed line is the best fixed K.
@@ -171,7 +176,9 @@ overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")
 ch.save(by_task, "eval_by_task")
 ch.savefig(figures.speedup_by_task(by_task, y="median", hue="runner"), "eval_by_task")
-overall.round(3)
+book.show(overall, f"The evaluation mix ({len(ch.prompts)} prompts × {report.count(repeats, 'repeat')}), each temperature "
+          "in one interleaved run: paired tokens/s ratios over autoregressive decoding (median, q25, q75 over n calls) "
+          "and α pooled over the calls.", prefill=True)
 
 # %% [markdown]
 # Greedy outputs: every method decoded the autoregressive text (float32; a divergence is excused only at a
@@ -203,21 +210,27 @@ ov = overall.set_index(["temperature", "runner"])
 lines = []
 for t in temperatures:
     o = ov.loc[t].sort_values("median", ascending=False)
+    n_t = int(o.n.min())
     lines.append(f"- **T = {t}**: " + "; ".join(f"{r}: {phrase(x)}" for r, x in o.iterrows()) + ".")
-    top, loses = o.index[0], o.index[o.q75 < 1]  # loses: the whole IQR below 1
+    top, below = o.index[0], o.index[o.q75 < 1]  # below: the whole IQR under 1
     close = report.rivals(o, top)
     lines.append(f"  Highest median: {top}, {o.loc[top, 'median']:.2f}×"
-                 + (f", its IQR overlapping {', '.join(close)}: not resolved at this size" if close else
-                    ", clear of the others' IQRs")
-                 + (f"; slower than autoregressive decoding (IQR below 1): {', '.join(loses)}." if len(loses) else
-                    "; no method's IQR lies below 1."))
+                 + (f", its IQR overlapping {', '.join(close)}: the medians give no order." if close else
+                    ", its IQR clear of the others': " + report.judged("the best method of this run", n_t) + ".")
+                 + (" Whole IQR below 1 (" + ", ".join(below) + "): "
+                    + report.judged("slower than autoregressive decoding", n_t) + "." if len(below) else
+                    " No method's IQR lies below 1."))
 fk = next(n for n in final if n.startswith("fixed K"))
 mc = next(n for n in final if n.startswith("model + confidence"))
 for t in temperatures:
     d = runs[runs.temperature == t]
     speed = d.set_index(["id", "repeat"]).groupby("runner").tokens_per_s
     x = speed.get_group(mc) / speed.get_group(fk)
-    lines.append(f"- **Confidence stop against the best fixed K, T = {t}**: {report.ratio_phrase(x.dropna())}.")
+    # a ratio between two runners says nothing about either against autoregressive decoding: set both beside it
+    lines.append(f"- **Confidence stop against the best fixed K, T = {t}**: {report.ratio_phrase(x.dropna())}. "
+                 f"Each against autoregressive decoding: {mc} {phrase(ov.loc[(t, mc)])}; {fk} {phrase(ov.loc[(t, fk)])}"
+                 + (" (both medians below 1: this ratio compares two runners that each decode fewer tokens/s than "
+                    "autoregressive decoding by median)" if max(ov.loc[(t, mc), "median"], ov.loc[(t, fk), "median"]) < 1 else "") + ".")
 lines.append("- **From training prompts to the evaluation mix (greedy)**: " + "; ".join(
     f"{role} ({name}) {tr.loc[name, 'median']:.2f}× → {ov.loc[(0.0, f'{role} ({name})'), 'median']:.2f}×"
     for role, name in chosen.items() if (0.0, f"{role} ({name})") in ov.index)
@@ -230,7 +243,9 @@ lines.append(f"- **Weakest task per method (greedy; {report.count(bt.n.min(), 'p
              "table below)**: " + "; ".join(f"{r.runner}: {r.task} {r.median:.2f}×"
                                              for r in worst[worst.temperature == 0.0].itertuples()) + ".")
 display(Markdown("\n".join(lines)))
-by_task.pivot_table(index=["temperature", "task"], columns="runner", values="median").round(2)
+book.show(by_task.pivot_table(index=["temperature", "task"], columns="runner", values="median"),
+          f"Median paired tokens/s ratio over autoregressive decoding per task ({report.count(bt.n.min(), 'paired call', bt.n.max())} "
+          "per task and method).", prefill=True, digits=2)
 
 # %% [markdown]
 # ## Exercises
