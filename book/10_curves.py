@@ -27,6 +27,7 @@
 # book's real drafters run in the same interleaved run and are placed on the same axes at their measured α.
 
 # %% tags=["parameters"]
+params_name = None  # the parameter file's name, injected by scripts/run_book.py (banner)
 model = "smollm2-135m"        # embedded name, Hugging Face id or path
 draft = None                  # optional draft id/path (default: the shipped drafts)
 prompt_file = None            # None: the shipped evaluation mix; or a Spec-Bench question.jsonl
@@ -52,7 +53,6 @@ targets = [1.5, 2.0]          # speedups for which the chapter finds the α the 
 check_point = {"alpha": 0.9, "k": 4, "free": 2.0, "cost": 1.6}  # the issue's bar: speedups this point should reach
 theory_min_alpha = 0.5        # the theory check covers the points from this α up
 theory_tolerance = 0.10       # |measured − predicted| / predicted, decode loops, median over prompts
-min_prompts = 6               # a speed verdict (faster / slower / ties) needs this many paired prompts, else "unresolved"
 assert_identity = True        # every output must equal autoregressive greedy decoding (the chapter stops if not)
 device = "cpu"
 out_dir = "../build/book/10_curves"
@@ -62,12 +62,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
 import specdec_core as sd
 from specdec_core.study import bench, curves, hardware, report, theory
 from specdec_core.tools import book
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks, prompt_file=prompt_file)
 pair, prompts = ch.pair, ch.bench_prompts
 if cost_drafter not in pair.drafters or not hasattr(pair.drafters[cost_drafter], "model"):
@@ -125,6 +126,8 @@ c = {"free": 0.0, "draft": costs["c"]}
 vr = costs["verify_ratio"]
 print(f"c = {costs['c']:.3f} ({cost_drafter} draft); verify pass over K + 1 tokens ÷ one-token pass: "
       + ", ".join(f"K = {k}: {v:.2f}" for k, v in vr.items()))
+k_main = check_point["k"] if check_point["k"] in vr else max(ks)  # the K of the chapter's check point
+display(ch.setting(k_main, vr[k_main]))
 
 # %% [markdown]
 # ## The run: the grid, the real drafters and autoregressive decoding, interleaved
@@ -189,7 +192,9 @@ axes[0].set_ylabel("speedup over autoregressive (median, IQR)")
 fig.suptitle("measured (markers) against Theorem 3.8 with this run's pass costs (lines)", fontsize=10)
 fig.tight_layout()
 ch.savefig(fig, "speedup_vs_alpha")
-report.shown(curve.pivot_table(index=["cost", "alpha"], columns="K", values="median"))
+book.show(curve.pivot_table(index=["cost", "alpha"], columns="K", values="median"),
+          f"Measured speedup of the controlled draft: tokens/s ÷ autoregressive, median over {len(prompts)} prompts, by "
+          "proposal cost (free, or paying the draft's passes), α and K.", prefill=True)
 
 # %% [markdown]
 # ## Does the theory hold, point by point?
@@ -205,11 +210,15 @@ off = check[check.abs_error > theory_tolerance]
 print(f"{len(check) - len(off)} of {len(check)} points with α ≥ {theory_min_alpha} within {theory_tolerance:.0%} of "
       f"the theory (decode loops, median over prompts); median |error| {check.abs_error.median():.1%}, "
       f"largest {check.abs_error.max():.1%}")
-display(report.shown(check.pivot_table(index=["cost", "alpha"], columns="K", values="rel_error")))
+book.show(check.pivot_table(index=["cost", "alpha"], columns="K", values="rel_error"),
+          "The theorem's relative error, (measured − predicted) ÷ predicted, of the decode loops' speedup (median over "
+          "prompts), by cost, α and K.", prefill=False)
 budget = curves.step_budget(runs, c, vr)
 ch.save(budget, "step_budget")
-display(report.shown(budget[["cost", "K", "model_draft", "draft", "model_verify", "verify", "accept_commit", "loop",
-                             "model_step", "step", "missing"]]))
+book.show(budget[["cost", "K", "model_draft", "draft", "model_verify", "verify", "accept_commit", "loop",
+                  "model_step", "step", "missing"]],
+          "One step's time in autoregressive steps: the theorem's terms (model_*: K·c, the verify ratio) against each "
+          "phase as measured in the decode loop, and what the theorem leaves out (missing).", prefill=False)
 # the same theorem with the step's measured cost in place of K·c + verify ratio: what is left is the acceptance model
 in_loop = curve.merge(budget[["cost", "K", "step"]], on=["cost", "K"])
 in_loop["predicted_in_loop"] = theory.expected_tokens(in_loop.alpha_hat.values, in_loop.K.values) / in_loop.step
@@ -238,7 +247,8 @@ if lin is not None:
         "draft passes per step": [float((own.draft_passes / own.steps).median()),
                                   float((mine.draft_passes / mine.steps).median())]})
     ch.save(draft_cmp, "draft_phase")
-    display(report.shown(draft_cmp))
+    book.show(draft_cmp, "The draft phase per step, in autoregressive decode steps, and draft passes per step.",
+              prefill=False)
 
 # %% [markdown]
 # ## The best K at each α, and the α at which each K starts to pay
@@ -246,7 +256,8 @@ if lin is not None:
 # %%
 best = curves.best_k_table(curve)
 ch.save(best, "best_k")
-display(report.shown(best))
+book.show(best, "The best K at each α: the K with the highest measured median speedup, and the theorem's.",
+          prefill=True)
 cross = curves.crossings(curve, c, vr, level=1.0)
 ch.save(cross, "breakeven")
 report.shown(cross)
@@ -265,7 +276,9 @@ for t in targets:
                          measured_alpha=curves.crossing(g.alpha, g["median"], t)))
 need = pd.DataFrame(need)
 ch.save(need, "alpha_needed")
-report.shown(need.pivot_table(index="speedup", columns="K", values=["predicted_alpha", "measured_alpha"]))
+book.show(need.pivot(index="speedup", columns="K", values=["predicted_alpha", "measured_alpha"]),  # NaN kept: "—"
+          "The α each K needs to reach a speedup with the shipped draft's cost: predicted by Theorem 3.8 (decode loop) "
+          "with this run's c and verify ratios, and read off the measured curve (— : not reached).", prefill=True)
 
 # %% [markdown]
 # ## The same curves on a GPU, predicted from measured pass costs
@@ -329,7 +342,7 @@ def breakeven(r) -> str:
 said = []
 top = curve.loc[curve["median"].idxmax()]
 said.append("- **Largest measured speedup**: "
-            f"{report.ratio_phrase_median(top['median'], top.q25, top.q75, n=int(top.n), min_n=min_prompts)}"
+            f"{report.ratio_phrase_median(top['median'], top.q25, top.q75, n=int(top.n))}"
             f" at α = {top.alpha:g}, K = {top.K}, {'free proposals' if top.cost == 'free' else 'with the draft cost'} "
             f"(α̂ = {top.alpha_hat:.3f}; the theory predicts {top.predicted:.2f}× for the decode loop, measured "
             f"{top.decode_measured:.2f}×).")
@@ -339,9 +352,10 @@ for kind in ("free", "draft"):
     if p is not None:
         said.append(f"- **α = {check_point['alpha']:g}, K = {check_point['k']}, "
                     f"{'free proposals' if kind == 'free' else 'the draft cost'}**: "
-                    f"{report.ratio_phrase_median(p['median'], p.q25, p.q75, n=int(p.n), min_n=min_prompts)}; "
-                    f"the bar of {bar:.1f}× is "
-                    + ("reached." if p["median"] >= bar else f"not reached (short by {bar - p['median']:.2f}×)."))
+                    f"{report.ratio_phrase_median(p['median'], p.q25, p.q75, n=int(p.n))}; "
+                    f"the bar of {bar:.1f}× "
+                    + (f"is {report.unresolved(int(p.n))} for this sample." if p.n < report.MIN_PAIRS else
+                       "is reached." if p["median"] >= bar else f"is not reached (short by {bar - p['median']:.2f}×)."))
 said.append(f"- **Theory**: {len(check) - len(off)} of {len(check)} points with α ≥ {theory_min_alpha:g} within "
             f"{theory_tolerance:.0%} (decode loops, median over prompts)"
             + ("." if off.empty else "; outside it: " + "; ".join(
@@ -358,15 +372,18 @@ said.append(f"- **What the theorem leaves out**: per step, {budget.missing.media
 for kind in ("free", "draft"):
     b = best[best.cost == kind]
     agree = int((b.measured_best_k == b.predicted_best_k).sum())
-    said.append(f"- **Best K ({'free' if kind == 'free' else 'draft cost'})**: measured "
+    n_min = int(curve[curve.cost == kind].n.min())  # the prompts behind each point's median
+    said.append(f"- **Best K ({'free' if kind == 'free' else 'draft cost'})**"
+                + (f" (a choice by medians over {n_min} prompts: {report.unresolved(n_min)})" if n_min < report.MIN_PAIRS
+                   else "") + ": measured "
                 + ", ".join(f"α {r.alpha:g} → {r.measured_best_k}" for r in b.itertuples())
                 + f"; the theory's choice matches at {agree} of {len(b)} α.")
     x = cross[cross.cost == kind]
-    said.append("  First beats autoregressive decoding (median reaches 1): "
+    said.append("  Break-even against autoregressive decoding (the median reaches 1): "
                 + "; ".join(f"K = {r.K} {breakeven(r)}" for r in x.itertuples()) + ".")
 for r in real_pts.itertuples():
     said.append(f"- **{r.runner}** at α̂ = {r.alpha_hat:.2f}: "
-                f"{report.ratio_phrase_median(r.median, r.q25, r.q75, n=int(r.n), min_n=min_prompts)}.")
+                f"{report.ratio_phrase_median(r.median, r.q25, r.q75, n=int(r.n))}.")
 for t in targets:
     nt = need[need.speedup == t]
     pk = nt.loc[nt.predicted_alpha.idxmin()] if nt.predicted_alpha.notna().any() else None
