@@ -58,6 +58,7 @@ draft_dtype = "float32"  # both drafters' compute dtype; "bfloat16" is faster on
 threads = 2              # torch intra-op threads (CPU); 1 is steadier on a busy machine
 device = "cpu"           # "cpu", "cuda" or "auto"
 out_dir = "../build/book/05_parallel"  # figures and CSVs land here
+params_name = None       # the parameter file's name, injected by scripts/run_book.py (banner)
 
 # %%
 from pathlib import Path
@@ -68,7 +69,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
 import specdec_core as sd
 from specdec_core.drafters import BlockDrafter
@@ -82,6 +83,7 @@ from specdec_core.study import figures
 from specdec_core.study.exactness import excused, first_divergence
 from specdec_core.train.block import block_batch
 
+display(book.banner(params_name))
 ch = book.setup(out_dir, model, device=device, threads=threads, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file,
                 need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
@@ -98,6 +100,7 @@ if max(cost_ks + ks + [k_accept]) > blk.max_block:
 print(ch)
 print(f"block draft: max_block {blk.max_block}, {sum(p.numel() for p in blk.model.trunk.parameters()) / 1e6:.1f} M "
       "trunk parameters")
+display(ch.setting(k_accept))  # the verify pass over k_accept + 1 tokens, timed on the median prompt
 
 # %% [markdown]
 # ## One block, by hand
@@ -223,9 +226,9 @@ if k_max >= claim_k:
 if 2 in cost_ks and k_max >= claim_k:
     # past the one-token special case the block pass is meant to be flat in K; how flat depends on the hardware
     # (and on the thread count), so it is reported, not asserted: on a memory-bound pass it stays near 1
-    flat_k = (f"about flat (within {flat_factor:g}×)" if bk / b2 <= flat_factor else
-              f"not flat on this machine (more than {flat_factor:g}×)")
-    print(f"from K = 2 to K = {k_max} the block pass grows {bk / b2:.2f}×: {flat_k}")
+    flat_k = report.judged(f"about flat (within {flat_factor:g}×)" if bk / b2 <= flat_factor else
+                           f"not flat on this machine (more than {flat_factor:g}×)", cost_repeats)
+    print(f"from K = 2 to K = {k_max} the block pass grows {bk / b2:.2f}× (medians of {cost_repeats} rounds): {flat_k}")
 
 # %% [markdown]
 # ## End to end: tokens/s against linear and tree speculative decoding
@@ -262,9 +265,26 @@ fig = figures.median_iqr(ratios, "method", dodge=0.08, baseline=1, figsize=(8, 4
                          ylabel="tokens/s ÷ autoregressive (median, IQR)",
                          title=f"greedy, {len(prompts)} prompts × {report.count(repeats, 'repeat')}, {max_new_tokens} new tokens")
 ch.savefig(fig, "speed_vs_k")
-print("every runner against autoregressive (paired tokens/s ratios; best per method: "
-      + ", ".join(best.runner) + "):")
-display(ratios.sort_values(["method", "K"]).set_index("runner")[["tokens_per_s", "median", "q25", "q75", "tau"]].round(3))
+book.show(ratios.sort_values(["method", "K"]).set_index("runner")[["tokens_per_s", "median", "q25", "q75", "n", "tau"]],
+          f"Every runner against autoregressive decoding, greedy, on the {len(prompts)} evaluation prompts: median "
+          "tokens/s, and median, q25, q75 of the paired tokens/s ratios over n calls; tau: tokens per target pass.",
+          prefill=True)
+# chapter 5's choice of K for the block draft: the highest median above, on the prompts it was measured on
+par = ratios[ratios.method == "parallel"].set_index("runner")
+k_choice, n_choice = int(best.loc["parallel", "K"]), int(best.loc["parallel", "n"])
+par_rivals = report.rivals(par[["median", "q25", "q75"]], best.loc["parallel", "runner"])
+chosen_row = best.loc["parallel", ["median", "q25", "q75"]].to_dict()
+ch.save(pd.DataFrame([dict(method="parallel", drafter="block", K=k_choice, **chosen_row, n=n_choice,
+                           prompts=len(prompts), chosen_on="evaluation mix", ks=" ".join(map(str, ks)))]), "k_choice")
+display(Markdown(
+    f"**Chapter 5's choice of K for the block draft: K = {k_choice}**, the highest median paired ratio over "
+    f"autoregressive decoding among K = {', '.join(map(str, ks))}, chosen on the {len(prompts)} evaluation prompts "
+    "above (the evaluation mix itself, not held-out prompts: a later chapter that measures the mix again at this K "
+    "does not measure it on unseen prompts). "
+    + (f"Its IQR overlaps {', '.join(par_rivals)}: a choice by median only." if par_rivals else
+       f"Its IQR is clear of the other K's ({n_choice} calls each): "
+       + report.judged("a resolved choice", n_choice) + ".")
+    + f" Saved as `k_choice.csv`. Best linear runner: {best.loc['linear', 'runner']}."))
 
 # %% [markdown]
 # ### Draft cost versus K, in decoding
@@ -301,11 +321,12 @@ if 1 in ks:  # the ratio's spread from the two IQRs: its lowest and highest plau
     dec_span = (blk_.q25[k_top] / blk_.q75[1], blk_.q75[k_top] / blk_.q25[1])
 else:
     dec_span = (float("nan"), float("nan"))
-verdict = ("meets" if dec_span[1] <= cost_target else "misses" if dec_span[0] > cost_target else
-           "is within the timing spread of")
-print(f"the block draft {verdict} the target cost(K={k_top}) <= {cost_target} × cost(K=1) in decoding "
-      f"({dec_ratio:.3f}, between {dec_span[0]:.2f} and {dec_span[1]:.2f} from the IQRs); the model draft: "
-      f"{ar_dec_ratio:.2f}")
+n_props = int(dec[(dec.method == "parallel") & dec.K.isin([1, k_top])].n.min()) if 1 in ks else 0
+verdict = report.judged("the block draft meets it" if dec_span[1] <= cost_target else "the block draft misses it"
+                        if dec_span[0] > cost_target else "the block draft is within the timing spread of it", n_props)
+print(f"the design target cost(K={k_top}) <= {cost_target} × cost(K=1) in decoding: block draft {dec_ratio:.3f} "
+      f"(between {dec_span[0]:.2f} and {dec_span[1]:.2f} from the IQRs, {n_props} proposals or more per K): {verdict}; "
+      f"the model draft: {ar_dec_ratio:.2f}")
 dec.round(3)
 
 # %%
@@ -334,9 +355,13 @@ ch.savefig(ax.figure, "phases")
 gain = float(h2h["median"].iloc[0])
 print(f"{best_par} ÷ {best_lin}: median {gain:.3f} (IQR {h2h.q25.iloc[0]:.3f}–{h2h.q75.iloc[0]:.3f}, "
       f"n = {int(h2h.n.iloc[0])} paired runs)")
-print("per task (one prompt each at this size: a ratio per prompt, no spread)" if (h2h_by_task.n == 1).all() else "per task:")
-display((h2h_by_task.drop(columns=["q25", "q75"]) if (h2h_by_task.n == 1).all() else h2h_by_task).round(3))
-phase.round(3)
+one_each = bool((h2h_by_task.n == 1).all())
+book.show(h2h_by_task.drop(columns=["q25", "q75"]) if one_each else h2h_by_task,
+          f"{best_par} ÷ {best_lin}, paired tokens/s ratios per task"
+          + (" (one prompt each at this size: a ratio per prompt, no spread)." if one_each else
+             ": median, q25, q75 over n calls."), prefill=True)
+book.show(phase, "The four phases of the decode loop, ms per generated token (median over prompts), at each method's "
+          "best K.", prefill=False)
 
 # %% [markdown]
 # ### Greedy exactness on every timed run
@@ -414,28 +439,37 @@ if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its o
             return "tie" if report.overlap(p_, l_) else "parallel" if p_["median"] > l_["median"] else "linear"
         rp_, rl_ = ref_best.loc["parallel"], ref_best.loc["linear"]
         ref_o, run_o = order(rp_, rl_), order(best.loc["parallel"], best.loc["linear"])
-        word = {"tie": "tied with (IQRs overlap)", "parallel": "beat", "linear": "trailed"}
-        ref_note = (f" The full reference run's best parallel runner ({rp_.runner}, {rp_['median']:.3f}×, IQR "
-                    f"{rp_.q25:.2f}–{rp_.q75:.2f}) {word[ref_o]} its best linear one ({rl_.runner}, {rl_['median']:.3f}×, "
-                    f"IQR {rl_.q25:.2f}–{rl_.q75:.2f}); in this run the parallel one {word[run_o]} the linear one: "
-                    + ("the same verdict." if ref_o == run_o else "a different verdict."))
+        word = {"tie": "the parallel one tied with the linear one (IQRs overlap)",
+                "parallel": "the parallel one beat the linear one", "linear": "the parallel one trailed the linear one"}
+        n_ref, n_run = int(min(rp_.n, rl_.n)), int(min(best.loc["parallel", "n"], best.loc["linear", "n"]))
+        same = n_ref >= report.MIN_PAIRS and n_run >= report.MIN_PAIRS
+        ref_note = (f"- **Against the full reference run** (its own hardware and sizes): its best parallel runner "
+                    f"{rp_.runner} ({rp_['median']:.3f}×, IQR {rp_.q25:.2f}–{rp_.q75:.2f}) and best linear runner "
+                    f"{rl_.runner} ({rl_['median']:.3f}×, IQR {rl_.q25:.2f}–{rl_.q75:.2f}), {n_ref} prompts: "
+                    + report.judged(word[ref_o], n_ref) + ".\n"
+                    "- **In this run**: " + report.judged(word[run_o], n_run)
+                    + ((", as in the reference run." if ref_o == run_o else ", unlike the reference run.") if same else "."))
 lo, hi = ratios["median"].min(), ratios["median"].max()
 lines = [
     f"- **Cost.** A block proposal at K = {k_max} costs {blk_ratio:.2f}× a K = 1 proposal (the pass alone) and "
     f"{dec_ratio:.3f}× in decoding (IQR-based range {dec_span[0]:.2f}–{dec_span[1]:.2f}), against {ar_ratio:.2f}× and "
-    f"{ar_dec_ratio:.2f}× for the autoregressive draft: in decoding it {verdict} the design target of {cost_target}×.",
-    f"- **Draft share of the time per token** at each method's best K: "
+    f"{ar_dec_ratio:.2f}× for the autoregressive draft; against the design target of {cost_target}× in decoding: "
+    f"{verdict}.",
+    "- **Draft share of the time per token** at each method's best K: "
     + ", ".join(f"{r} {100 * s:.1f}%" for r, s in draft_share.items()) + ".",
-    f"- **Acceptance by block position** (greedy): cumulative acceptance "
+    "- **Acceptance by block position** (greedy): cumulative acceptance "
     + ", ".join(f"position {int(i)} {v:.2f}" for i, v in g0["cumulative"].items() if v > 0)
     + (f"; none at position {int(g0.index[g0.cumulative == 0].min())} or beyond" if (g0.cumulative == 0).any() else "")
     + ".",
     f"- **Speed against autoregressive decoding**: every runner's median paired ratio lies in "
     f"{lo:.2f}–{hi:.2f}×. Best linear: {best_lin}, {_ratio_row(best_lin)}; best parallel: {best_par}, "
     f"{_ratio_row(best_par)}.",
+    f"- **Chapter 5's choice of K for the block draft**: K = {k_choice} (highest median, on the evaluation mix "
+    f"above, {len(prompts)} prompts" + (f"; its IQR overlaps {', '.join(par_rivals)}" if par_rivals else "") + ").",
     f"- **Parallel ÷ linear**, each at its best K: {h2h_phrase}."
     + (" At K = 1 the block draft proposes one token from its trunk alone, so this comparison does not test "
-       "parallel drafting; a sweep with K > 1 winning would." if best_par.endswith("K=1") else "") + ref_note,
+       "parallel drafting; a sweep in which a K > 1 came out ahead would." if best_par.endswith("K=1") else ""),
+    *([ref_note] if ref_note else []),
     f"- **Exact**: {len(diverged)} greedy divergence(s) from autoregressive decoding in {n_spec} outputs"
     + (" (each at a float32 near-tie)." if diverged else "."),
 ]
