@@ -176,9 +176,9 @@ overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")
 ch.save(by_task, "eval_by_task")
 ch.savefig(figures.speedup_by_task(by_task, y="median", hue="runner"), "eval_by_task")
-book.show(overall, f"The evaluation mix ({len(ch.prompts)} prompts × {report.count(repeats, 'repeat')}), each temperature "
-          "in one interleaved run: paired tokens/s ratios over autoregressive decoding (median, q25, q75 over n calls) "
-          "and α pooled over the calls.", prefill=True)
+book.show(overall, f"The evaluation mix ({len(ch.prompts)} prompts × {report.count(repeats, 'repeat')}), each "
+          "temperature in one interleaved run: paired tokens/s ratios over autoregressive decoding (median, q25, q75 "
+          "over n calls) and α pooled over the calls.", prefill=True)
 
 # %% [markdown]
 # Greedy outputs: every method decoded the autoregressive text (float32; a divergence is excused only at a
@@ -230,7 +230,7 @@ for t in temperatures:
     lines.append(f"- **Confidence stop against the best fixed K, T = {t}**: {report.ratio_phrase(x.dropna())}. "
                  f"Each against autoregressive decoding: {mc} {phrase(ov.loc[(t, mc)])}; {fk} {phrase(ov.loc[(t, fk)])}"
                  + (" (both medians below 1: this ratio compares two runners that each decode fewer tokens/s than "
-                    "autoregressive decoding by median)" if max(ov.loc[(t, mc), "median"], ov.loc[(t, fk), "median"]) < 1 else "") + ".")
+                    "autoregressive decoding by median)" if max(ov.loc[[(t, mc), (t, fk)], "median"]) < 1 else "") + ".")
 lines.append("- **From training prompts to the evaluation mix (greedy)**: " + "; ".join(
     f"{role} ({name}) {tr.loc[name, 'median']:.2f}× → {ov.loc[(0.0, f'{role} ({name})'), 'median']:.2f}×"
     for role, name in chosen.items() if (0.0, f"{role} ({name})") in ov.index)
@@ -244,8 +244,8 @@ lines.append(f"- **Weakest task per method (greedy; {report.count(bt.n.min(), 'p
                                              for r in worst[worst.temperature == 0.0].itertuples()) + ".")
 display(Markdown("\n".join(lines)))
 book.show(by_task.pivot_table(index=["temperature", "task"], columns="runner", values="median"),
-          f"Median paired tokens/s ratio over autoregressive decoding per task ({report.count(bt.n.min(), 'paired call', bt.n.max())} "
-          "per task and method).", prefill=True, digits=2)
+          "Median paired tokens/s ratio over autoregressive decoding per task "
+          f"({report.count(bt.n.min(), 'paired call', bt.n.max())} per task and method).", prefill=True, digits=2)
 
 # %% [markdown]
 # ## Exercises
