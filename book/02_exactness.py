@@ -844,7 +844,7 @@ summary_lines = [
        f"{int(power_mut.caught.min())}–{int(power_mut.caught.max())} of {mutant_reps} runs (95% lower bound "
        f"{power_mut.power_lo95.min():.2f}); analytic power at n = {n_mutant} at least "
        f"{power_mut.analytic_power_with_impossible.min():.3f} (target {power_target})."
-       if len(power_mut) else "; power by repetition is not run at this size."),
+       if len(power_mut) else "; power by repetition: mutant_reps = 0 in this run (the full book repeats each control)."),
     f"- **{real_model}** (section 6): smallest Holm-adjusted p of {len(real_df)} checks: "
     f"{vp(real_min.p_holm, passed='no rejection', rejected='REJECTED')} (a check of few samples: it catches gross "
     f"errors, the toy pair the subtle ones). Greedy (section 7): {int(greedy.equal.sum())} of {len(greedy)} runs "
