@@ -134,17 +134,26 @@ def curve_lines(ref: Path) -> list[str]:
     return [line]
 
 
-def serving_lines(ref: Path) -> list[str]:
-    b = _csv(ref, "09_serving/speedup_vs_batch.csv")
+def serving_lines(ref: Path, trend_p: float = 0.05) -> list[str]:
+    """Chapter 9: speculation's ratio at the smallest and largest batch, and its trend over B (Spearman's rank
+    correlation over every paired ratio, chapter 9's ``trend_vs_batch.csv``), the direction through the rule."""
+    b, trend = _csv(ref, "09_serving/speedup_vs_batch.csv"), _csv(ref, "09_serving/trend_vs_batch.csv")
     if b is None:
         return []
     parts = []
     for m, g in b.groupby("method", sort=False):
         g = g.sort_values("B")
         lo, hi = g.iloc[0], g.iloc[-1]
-        parts.append(f"{m}: B = {int(lo.B)} {report.ratio_phrase_median(lo.measured, lo.q25, lo.q75, n=int(lo.n))}, "
-                     f"B = {int(hi.B)} {report.ratio_phrase_median(hi.measured, hi.q25, hi.q75, n=int(hi.n))}")
-    return ["**Under load** (chapter 9, batches decoded in lockstep): " + "; ".join(parts) + "."]
+        part = f"{m}: {lo.measured:.2f}× at B = {int(lo.B)}, {hi.measured:.2f}× at B = {int(hi.B)}"
+        t = trend[trend.method == m] if trend is not None else []
+        if len(t):
+            t = t.iloc[0]
+            way = ("rising" if t.spearman_rho > 0 else "falling") if t.p_value < trend_p else "no direction"
+            part += (f" (Spearman ρ = {t.spearman_rho:.2f}, p = {t.p_value:.2g} over {int(t.pairs)} paired ratios: "
+                     f"{report.judged(way, int(t.pairs))})")
+        parts.append(part)
+    return ["**Under load** (chapter 9, batches decoded in lockstep; median ratio at each B, "
+            f"{report.PREFILL_COUNTED.lower()[:-1]}): " + "; ".join(parts) + "."]
 
 
 def adaptive_lines(ref: Path) -> list[str]:
