@@ -34,12 +34,19 @@ def _short(r) -> str:
     return f"{r['median']:.2f}× ({r.q25:.2f}–{r.q75:.2f})"
 
 
+def provenance(timings: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """The commits, machines and dates a ``timings.csv`` records (each sorted, unrecorded ones left out); a file
+    from before runs recorded them gives three empty lists. The README's block and the front page both say these."""
+    def recorded(col):
+        return sorted({str(v) for v in timings[col].fillna("") if str(v)}) if col in timings else []
+    return recorded("commit"), recorded("machine"), recorded("date")
+
+
 def run_line(timings: pd.DataFrame, where: str) -> list[str]:
     """Which run the block describes: its commit, machine and date (all rows of one run), and its time."""
     ran = timings[timings.status == "ok"]
-    commits = sorted({str(c) for c in timings.get("commit", pd.Series(dtype=str)).fillna("") if str(c)})
-    machines = sorted({str(m) for m in timings.get("machine", pd.Series(dtype=str)).fillna("") if str(m)})
-    dates = sorted(str(d)[:10] for d in timings.get("date", pd.Series(dtype=str)).fillna("") if str(d))
+    commits, machines, dates = provenance(timings)
+    dates = [d[:10] for d in dates]
     one = len(commits) == 1 and len(machines) == 1
     origin = (f"one `make reproduce` of commit `{commits[0]}` on {machines[0]}, {dates[-1] if dates else 'date not recorded'}"
               if one else f"runs of {len(commits) or 'unrecorded'} commit(s) on {len(machines) or 'unrecorded'} machine(s)")

@@ -39,6 +39,7 @@ import nbformat
 from ..paths import REPO_ROOT
 from ..study.bench import paired_ratios
 from ..study.report import PREFILL_COUNTED
+from .headline import provenance
 
 HEADLINE = "06_speedup"          # the chapter whose files make the front page's headline
 HEADLINE_FIGURE = "speedup_by_task.png"
@@ -161,11 +162,9 @@ def run_origin(run_dir: Path) -> str:
     f = run_dir / "timings.csv"
     if not f.is_file():
         return ""
-    t = pd.read_csv(f, dtype=str).fillna("")
-    if "commit" not in t:
+    commits, machines, dates = provenance(pd.read_csv(f, dtype=str))
+    if not (commits or machines or dates):
         return ""
-    commits, machines = sorted(set(t.commit) - {""}), sorted(set(t.machine) - {""})
-    dates = sorted(set(t.date) - {""})
     span = f"{dates[0]} to {dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "")
     return (f"commit `{', '.join(commits) or 'not recorded'}`, on {'; '.join(machines) or 'a machine not recorded'}"
             + (f", {span}" if span else ""))
