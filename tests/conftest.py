@@ -54,3 +54,20 @@ SLOWEST_FIRST = ("test_adaptive.py", "test_tree.py", "test_serving.py", "test_fl
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded target's tokenizer (skips where the GGUF package is not installed)."""
+    from specdec_core.paths import REPO_ROOT
+
+    if not (REPO_ROOT / "data" / "models" / "smollm2-135m").exists():
+        from specdec_core.models import embedded_path
+
+        try:
+            embedded_path()
+        except RuntimeError as e:  # the GGUF package is not installed
+            pytest.skip(str(e))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(REPO_ROOT / "data" / "models" / "smollm2-135m"))

@@ -13,7 +13,6 @@ from specdec_core.data.prompts import (DEFAULT_PATH, LONG_CHARS, MT_CATEGORIES, 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_BENCH_SAMPLE = Path(__file__).parent / "data" / "spec_bench_question_sample.jsonl"
 TRAIN = ROOT / "data" / "prompts" / "train.jsonl"
-TOKENIZER_DIR = ROOT / "data" / "models" / "smollm2-135m"
 
 
 @pytest.fixture(scope="module")
@@ -117,18 +116,6 @@ def test_empty_selection_and_duplicates(tmp_path):
 
 
 # -- encoding -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tokenizer():
-    if not TOKENIZER_DIR.exists():
-        from specdec_core.models import embedded_path
-
-        try:
-            embedded_path()
-        except RuntimeError as e:  # the GGUF package is not installed
-            pytest.skip(str(e))
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
 def test_encode_under_600_tokens(mix, tokenizer):

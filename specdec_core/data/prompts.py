@@ -17,10 +17,18 @@ category is the task name.
 A Spec-Bench ``question.jsonl`` (``{"question_id", "category", "turns"}``) is read too: its
 category decides the task (:data:`SPEC_BENCH_TASK`) and ``length`` is derived from the first
 turn's character count (:func:`length_of`). The file kind is detected per line by its keys.
+
+The input-grounded family (``data/prompts/grounded_eval.jsonl`` and ``grounded_train.jsonl``, same
+format, disjoint passages) holds requests whose answer repeats their input (:data:`GROUNDED_TASKS`,
+categories in :data:`GROUNDED_CATEGORIES`): :func:`load_grounded` reads a split, :func:`passage_of`
+gives the text a prompt is built on, and :func:`traffic_mix` mixes it with chat prompts at a given share.
 """
 from __future__ import annotations
 
 import json
+import math
+import numbers
+import random
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +41,8 @@ from ..paths import PROMPTS_DIR
 DEFAULT_PATH = PROMPTS_DIR / "eval.jsonl"
 TRAIN_PATH = PROMPTS_DIR / "train.jsonl"  # the training prompts (disjoint from the eval mix; :mod:`specdec_core.train.prompts`)
 VAL_FRAC = 0.05  # the share of training prompts held out: where hyperparameters, K and θ are chosen
+GROUNDED_EVAL_PATH = PROMPTS_DIR / "grounded_eval.jsonl"
+GROUNDED_TRAIN_PATH = PROMPTS_DIR / "grounded_train.jsonl"  # where settings for the family are chosen
 
 TASKS = ("multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag")
 MT_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -40,6 +50,14 @@ MT_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extracti
 SPEC_BENCH_TASK = {**{c: "multi_turn" for c in MT_CATEGORIES}, **{t: t for t in TASKS[1:]}}
 LENGTHS = ("short", "long")
 LONG_CHARS = 300  # a first turn of at least this many characters (~70 SmolLM2 tokens) is "long"
+
+# The input-grounded family: paragraph edits, answers quoting a passage, extraction to one JSON schema, revisions
+# of an earlier answer. The category names how the answer reuses the input.
+GROUNDED_TASKS = ("edit", "quote", "extract", "revise")
+GROUNDED_CATEGORIES = {"edit": ("spelling", "rename", "reformat"), "quote": ("answer", "copy", "summary"),
+                       "extract": ("event", "product"), "revise": ("shorten", "change", "add", "remove")}
+EXTRACT_KEYS = ("name", "date", "place", "price")  # the one schema every ``extract`` prompt asks for
+ALL_TASKS = TASKS + GROUNDED_TASKS
 
 
 @dataclass
@@ -79,12 +97,15 @@ def _parse_line(obj, where: str) -> Prompt:
     missing = [k for k in ("id", "task", "category", "length") if k not in obj]
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing} (neither the eval-mix nor the Spec-Bench format)")
-    if obj["task"] not in TASKS:
-        raise ValueError(f"{where}: unknown task {obj['task']!r}; expected one of {list(TASKS)}")
+    if obj["task"] not in ALL_TASKS:
+        raise ValueError(f"{where}: unknown task {obj['task']!r}; expected one of {list(ALL_TASKS)}")
     if obj["length"] not in LENGTHS:
         raise ValueError(f"{where}: 'length' must be one of {list(LENGTHS)}, got {obj['length']!r}")
     if obj["task"] == "multi_turn" and obj["category"] not in MT_CATEGORIES:
         raise ValueError(f"{where}: multi_turn category {obj['category']!r} is not one of {list(MT_CATEGORIES)}")
+    known = GROUNDED_CATEGORIES.get(obj["task"])
+    if known is not None and obj["category"] not in known:
+        raise ValueError(f"{where}: {obj['task']} category {obj['category']!r} is not one of {list(known)}")
     return Prompt(id=str(obj["id"]), task=obj["task"], category=str(obj["category"]),
                   turns=list(turns), length=obj["length"])
 
@@ -97,7 +118,8 @@ def _check_names(kind: str, given, known) -> None:
 
 def load_prompts(path: str | Path | None = None, tasks=None, categories=None,
                  per_task: int | None = None) -> list[Prompt]:
-    """Read prompts from ``path`` (default: the shipped eval mix), in file order.
+    """Read prompts from ``path`` (default: the shipped eval mix; the input-grounded family is read the same way,
+    or through :func:`load_grounded`), in file order.
 
     ``tasks`` / ``categories``: keep only these (names are checked). ``per_task``: the first N
     prompts of each task, in file order (deterministic). Raises ``ValueError`` naming the file and
@@ -106,10 +128,11 @@ def load_prompts(path: str | Path | None = None, tasks=None, categories=None,
     path = Path(path) if path is not None else DEFAULT_PATH
     if tasks is not None:
         tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-        _check_names("task(s)", tasks, TASKS)
+        _check_names("task(s)", tasks, ALL_TASKS)
     if categories is not None:
         categories = [categories] if isinstance(categories, str) else list(categories)
-        _check_names("category(ies)", categories, list(SPEC_BENCH_TASK))
+        _check_names("category(ies)", categories,
+                     list(SPEC_BENCH_TASK) + [c for cs in GROUNDED_CATEGORIES.values() for c in cs])
     if per_task is not None and per_task < 1:
         raise ValueError(f"per_task must be a positive integer, got {per_task}")
 
@@ -129,7 +152,7 @@ def load_prompts(path: str | Path | None = None, tasks=None, categories=None,
             seen[p.id] = lineno
             prompts.append(p)
 
-    chosen, count = [], dict.fromkeys(TASKS, 0)
+    chosen, count = [], dict.fromkeys(ALL_TASKS, 0)
     for p in prompts:
         if tasks is not None and p.task not in tasks:
             continue
@@ -142,6 +165,61 @@ def load_prompts(path: str | Path | None = None, tasks=None, categories=None,
     if not chosen:
         raise ValueError(f"{path}: no prompts match tasks={tasks} categories={categories}")
     return chosen
+
+
+def load_grounded(split: str = "eval", tasks=None, per_task: int | None = None) -> list[Prompt]:
+    """The input-grounded family's ``"eval"`` or ``"train"`` split (no passage shared between them), in file order.
+
+    ``tasks``: some of :data:`GROUNDED_TASKS`; ``per_task``: the first N of each, as in :func:`load_prompts`.
+    """
+    paths = {"eval": GROUNDED_EVAL_PATH, "train": GROUNDED_TRAIN_PATH}
+    if split not in paths:
+        raise ValueError(f"split must be 'eval' or 'train', got {split!r}")
+    if tasks is not None:
+        tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+        _check_names("grounded task(s)", tasks, GROUNDED_TASKS)
+    return load_prompts(paths[split], tasks=tasks, per_task=per_task)
+
+
+def passage_of(prompt: Prompt | str) -> str:
+    """The text a grounded prompt is built on: the longest blank-line-separated block of its first turn (the
+    paragraph to edit, the passage to quote, the notice to extract from, the earlier answer to revise)."""
+    text = prompt.turns[0] if isinstance(prompt, Prompt) else prompt
+    return max((b.strip() for b in text.split("\n\n")), key=len)
+
+
+def _pick(pool: list, k: int, seed: str) -> list:
+    order = list(range(len(pool)))
+    random.Random(seed).shuffle(order)  # a string seed is hashed the same way in every process
+    return [pool[i] for i in order[:k]]
+
+
+def traffic_mix(chat_prompts, grounded_prompts, grounded_share: float, n: int, seed: int = 0) -> list:
+    """``n`` requests, ``grounded_share × n`` of them (to the nearest integer, halves up) from
+    ``grounded_prompts`` and the rest from ``chat_prompts``, in a seeded order.
+
+    Each pool is drawn without replacement in an order that depends on ``seed`` alone, so at one seed the
+    grounded requests at a smaller share are the first of those at a larger one. Items come back as given
+    (``Prompt`` objects or ``(meta, ids)`` pairs). Raises ``ValueError`` for a share outside [0, 1], ``n`` < 1,
+    a non-integer seed, or a pool smaller than its draw.
+    """
+    if isinstance(grounded_share, bool) or not isinstance(grounded_share, numbers.Real) \
+            or not 0 <= grounded_share <= 1:  # NaN fails the comparison too
+        raise ValueError(f"grounded_share must be a number in [0, 1], got {grounded_share!r}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    chat, grounded = list(chat_prompts), list(grounded_prompts)
+    n = int(n)
+    n_grounded = math.floor(grounded_share * n + 0.5)
+    for name, pool, k in (("chat_prompts", chat, n - n_grounded), ("grounded_prompts", grounded, n_grounded)):
+        if k > len(pool):
+            raise ValueError(f"n={n} at grounded_share={grounded_share} draws {k} from {name}, which holds "
+                             f"{len(pool)} (drawn without replacement)")
+    mixed = _pick(chat, n - n_grounded, f"chat-{int(seed)}") + _pick(grounded, n_grounded, f"grounded-{int(seed)}")
+    random.Random(int(seed)).shuffle(mixed)
+    return mixed
 
 
 def encode(pair_or_tokenizer, prompt: Prompt | str) -> torch.Tensor:
