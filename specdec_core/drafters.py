@@ -10,10 +10,12 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
   after the first whose law's largest probability is below θ (:func:`~specdec_core.sampling.confidence`).
 - ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
   ``context + draft[:n]`` (O(1) for cached drafters).
-- ``use_steps(mode)``: how the drafter's own passes after its prefill run from the next ``reset`` (``"eager"``,
+- ``finish(prompt, output)``: a request ended (EOS or budget) with these tokens; a drafter that remembers earlier
+  requests learns here. Never called with what is still being decoded.
+- ``set_step_mode(mode)``: how the drafter's own passes after its prefill run from the next ``reset`` (``"eager"``,
   ``"static"`` or ``"graph"``, :mod:`specdec_core.graphs`); the loop calls it before each decode.
 
-Trees (:class:`specdec_core.loop.TreeSearch`) use two more methods; the defaults propose the drafter's chain as a
+Trees (:class:`specdec_core.loop.TreeDecoding`) use two more methods; the defaults propose the drafter's chain as a
 one-branch tree, so every drafter works with ``method="tree"``:
 
 - ``propose_tree(context, shape, k, params, generator, confidence=None) -> TreeDraft``: a tree of depth <= k
@@ -33,23 +35,28 @@ from dataclasses import dataclass
 import torch
 
 from .lm import CachedLM, sized
-from .sampling import PROB_DTYPE, SamplingParams, choose, process_logits, sample
+from .sampling import OneHotLaws, SamplingParams, choose, process_logits, sample
 from .sampling import confidence as conf_of
 from .tree import Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
 
 
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [k'] LongTensor
-    q: torch.Tensor | None  # [k', V] float64 (None when greedy)
-    passes: int  # draft forward passes spent
+    """One proposal: ``tokens [k']``; ``q [k', V]`` float64, row i the law token i was drawn from, or None in a
+    greedy run, where no token is drawn from a law (the greedy verifier compares tokens with the target's argmax,
+    whatever the drafter); ``passes``, the draft forward passes it cost."""
+
+    tokens: torch.Tensor
+    q: torch.Tensor | None
+    passes: int
+    source: str = ""  # "prediction": the tokens are the caller's predicted output (Stats counts them apart)
 
 
 class Drafter:
     name = "drafter"
     vocab_size: int | None = None
     calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.models.calibration)
-    steps = "eager"  # how the drafter's own passes run (use_steps)
+    step_mode = "eager"  # how the drafter's own passes run (set_step_mode)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""
@@ -58,13 +65,13 @@ class Drafter:
             raise ValueError(f"tokenizer mismatch: {self.name} drafter has a vocabulary of {self.vocab_size}, "
                              f"target has {vt}")
 
-    def use_steps(self, mode: str) -> None:
+    def set_step_mode(self, mode: str) -> None:
         """Run the drafter's passes in ``mode`` from the next :meth:`reset`; the drafters it holds (a hybrid's
         model and n-gram drafters, a wrapped drafter) get the same mode."""
-        self.steps = mode
+        self.step_mode = mode
         for inner in vars(self).values():
             if isinstance(inner, Drafter):
-                inner.use_steps(mode)
+                inner.set_step_mode(mode)
 
     def reset(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -75,11 +82,14 @@ class Drafter:
     def accept(self, n: int) -> None:
         pass
 
+    def finish(self, prompt: list[int], output: list[int]) -> None:
+        """A request ended with these tokens (a drafter that learns across requests keeps them; default: nothing)."""
+
     def propose_tree(self, context: list[int], shape, k: int, params, generator, confidence=None) -> TreeDraft:
         """Default tree: the drafter's own chain (as long as the shape is deep, cut by its own stop)."""
         kw = {} if confidence is None else {"confidence": confidence}
         d = self.propose(context, shape_depth(shape, k), params, generator, **kw)
-        return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes)
+        return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes, d.source)
 
     def accept_path(self, path: list[int]) -> None:
         self.accept(len(path))  # in a chain, node i is the i-th draft token
@@ -103,15 +113,15 @@ class ModelDrafter(Drafter):
         self._node_slots: dict[int, int] = {}  # the last tree: node id → the cache slot its entry was written to
 
     def reset(self, prompt, capacity):
-        if self.lm is None or not self.lm.serves(self.model, capacity, self.steps):
-            self.lm = CachedLM(self.model, sized(capacity, self.steps), self.steps)
+        if self.lm is None or not self.lm.serves(self.model, capacity, self.step_mode):
+            self.lm = CachedLM(self.model, sized(capacity, self.step_mode), self.step_mode)
         self.lm.cache.reset()
 
     def propose(self, context, k, params, generator, confidence=None):
         lm = self.lm
         self._base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
-        logits = lm.forward(unseen, last_only=True)[-1]
+        logits = lm.forward(unseen, logits_to_keep=1)[-1]
         tokens = []
         qs = []  # the law each token was drawn from
         passes = 1
@@ -122,7 +132,7 @@ class ModelDrafter(Drafter):
             tokens.append(t)
             qs.append(q)
             if i + 1 < k:
-                logits = lm.forward(torch.tensor([t]), last_only=True)[-1]
+                logits = lm.forward(torch.tensor([t]), logits_to_keep=1)[-1]
                 passes += 1
         q = None if params.greedy else torch.stack(qs)
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes)
@@ -142,7 +152,7 @@ class ModelDrafter(Drafter):
         base = len(context)
         self._base = base
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
-        logits = lm.forward(unseen, last_only=True)  # [1, V]: the root's next-token logits
+        logits = lm.forward(unseen, logits_to_keep=1)  # [1, V]: the root's next-token logits
         grow = TreeBuilder(shape, k, confidence)
         passes = 1
         self._node_slots = {}
@@ -170,14 +180,15 @@ class ModelDrafter(Drafter):
         """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy). Nodes
         of the last depth were never run, so they have no entry: the accepted token is fed next time."""
         slots = [self._node_slots[i] for i in path if i in self._node_slots]
-        self.lm.cache.keep(slots, start=self._base)
+        self.lm.cache.retain(slots, start=self._base)
 
 
 class NGramDrafter(Drafter):
     """Prompt lookup (training-free): find the latest earlier occurrence of the context's last n-gram
     (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that followed it.
 
-    Deterministic: q is one-hot on each proposed token, and verification stays lossless.
+    Deterministic: q is one-hot on each proposed token (:class:`~specdec_core.sampling.OneHotLaws`: the tokens
+    stand for the laws), and verification stays lossless.
     """
 
     name = "ngram"
@@ -201,8 +212,7 @@ class NGramDrafter(Drafter):
 
     def propose(self, context, k, params, generator, confidence=None):  # q one-hot: confidence 1, never stops
         toks = torch.tensor(self.lookup(context, k), dtype=torch.long)
-        q = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).to(PROB_DTYPE)
-        return Draft(toks, q, passes=0)
+        return Draft(toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0)
 
     def propose_tree(self, context, shape, k, params, generator, confidence=None):  # one-hot q: never pruned
         """A trie of the continuations of several matches (longest n-gram first, latest match first), up to
@@ -241,14 +251,74 @@ class NGramDrafter(Drafter):
                 break
         tree = Tree.of(list(tokens))
         toks = torch.tensor([tokens[p] for p in tree.paths], dtype=torch.long)
-        q = None
-        if not params.greedy:
-            q = torch.zeros(toks.numel(), self.vocab_size, dtype=PROB_DTYPE)
-            q[torch.arange(toks.numel()), toks] = 1.0
-        return TreeDraft(tree, toks, q, passes=0)
+        return TreeDraft(tree, toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0)
 
     def accept_path(self, path):
         pass
+
+
+class PredictionDrafter(Drafter):
+    """Predicted outputs (OpenAI's ``prediction``, Cursor's "fast apply"): the caller's expected output is the draft.
+
+    Each step drafts the prediction from where the committed output's tail resumes in it: after an occurrence of
+    the output's last token, preferring places at or after where the last step left off, then the longest
+    matching tail (at most ``max_ngram`` tokens), then the nearest; it drafts the tokens there, as far as ``k``. Steps where
+    the prediction has no match are the ``fallback`` drafter's (none: nothing is drafted). Deterministic given the
+    committed tokens, so q is one-hot and any prediction, an adversarial one included, leaves the output exact.
+    """
+
+    name = "prediction"
+
+    def __init__(self, prediction: list[int], fallback: Drafter | None = None, max_ngram: int = 8):
+        self.prediction = [int(t) for t in prediction]
+        self.fallback = fallback
+        self.max_ngram = max_ngram
+        self.after: dict[int, list[int]] = {}  # token → the places just after its occurrences in the prediction
+        for i, t in enumerate(self.prediction):
+            self.after.setdefault(t, []).append(i + 1)
+        self.start, self.at, self._last = 0, 0, None  # prompt length; where the last step left off; who drafted
+
+    def bind(self, target):
+        self.vocab_size = target.config.get_text_config().vocab_size
+        if self.fallback is not None:
+            self.fallback.bind(target)
+
+    def reset(self, prompt, capacity):
+        self.start, self.at, self._last = len(prompt), 0, None
+        if self.fallback is not None:
+            self.fallback.reset(prompt, capacity)
+
+    def resume(self, output: list[int]) -> int | None:
+        """The place in the prediction where ``output`` resumes (see the class), or None when its last token is
+        not in the prediction."""
+        best, P = None, self.prediction
+        for j in self.after.get(output[-1], []):
+            m = 1
+            while m < min(self.max_ngram, len(output), j) and P[j - 1 - m] == output[-1 - m]:
+                m += 1
+            key = (j >= self.at, m, -abs(j - self.at))
+            if best is None or key > best[0]:
+                best = (key, j)
+        return None if best is None else best[1]
+
+    def propose(self, context, k, params, generator, confidence=None):
+        j = self.resume(context[self.start:])
+        if (j is None or j >= len(self.prediction)) and self.fallback is not None:
+            self._last = "fallback"
+            return self.fallback.propose(context, k, params, generator, confidence=confidence)
+        toks = torch.tensor(self.prediction[j:j + k] if j is not None else [], dtype=torch.long)
+        self._last, self.at = "prediction", (j or 0)
+        return Draft(toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0, source="prediction")
+
+    def accept(self, n):
+        if self._last == "fallback":
+            self.fallback.accept(n)
+        else:
+            self.at += n
+
+    def finish(self, prompt, output):
+        if self.fallback is not None:
+            self.fallback.finish(prompt, output)
 
 
 class BlockDrafter(Drafter):
@@ -277,8 +347,8 @@ class BlockDrafter(Drafter):
 
     def reset(self, prompt, capacity):
         need = capacity + self.max_block  # masks are written past the committed tokens (never committed)
-        if self.lm is None or not self.lm.serves(self.model, need, self.steps):
-            self.lm = CachedLM(self.model, sized(need, self.steps), self.steps)
+        if self.lm is None or not self.lm.serves(self.model, need, self.step_mode):
+            self.lm = CachedLM(self.model, sized(need, self.step_mode), self.step_mode)
         self.lm.cache.reset()
 
     def _block_pass(self, context: list[int], k: int) -> torch.Tensor:
@@ -292,7 +362,7 @@ class BlockDrafter(Drafter):
         if self.lm.length + ids.numel() > self.lm.cache.capacity:
             raise ValueError(f"block of {ids.numel()} positions does not fit the draft's KV cache of "
                              f"{self.lm.cache.capacity}")
-        return self.lm.forward(ids, commit=len(unseen), keep_last=k, full_vocab=False)
+        return self.lm.forward(ids, commit=len(unseen), logits_to_keep=k, full_vocab=False)
 
     def _laws(self, sub: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         """Sub-vocabulary logits ``[k, N]`` → (q over the draft vocabulary ``[k, N]``, q over V ``[k, V]``)."""

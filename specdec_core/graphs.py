@@ -1,11 +1,12 @@
 """Decode steps as CUDA graphs: a static-shape pass captured once per shape, then replayed by one call.
 
-A decode step of a small model on a GPU is bound by kernel launches and Python, not by the GPU (the H200 reference
-run: 28 ms per eager step of the 135M target, 3.0 ms captured). gpt-fast and vLLM capture the step whole in a CUDA
-graph. A capture records fixed kernels on fixed addresses, so the step must have static shapes: the T new tokens
-are written at cache slots held in a device tensor, attention reads the whole preallocated slab under an additive
-mask, and the ids, position ids, slots and mask are input buffers, filled before each replay
-(:class:`~specdec_core.lm.CachedLM`; ``serving.cache.BatchLM`` for a batch).
+A decode step of a small model on a GPU launches hundreds of small kernels from Python, and launching them can take
+longer than the GPU takes to run them; a CUDA graph replays the whole step's recorded kernels with one call
+(gpt-fast and vLLM capture the step whole in a CUDA graph). This path has not yet run on CUDA (no committed CUDA run
+of it: data/reference/cuda-*/ says what has). A capture records fixed kernels on fixed addresses, so the step must
+have static shapes: the T new tokens are written at cache slots held in a device tensor, attention reads the whole
+preallocated slab under an additive mask, and the ids, position ids, slots and mask are input buffers, filled before
+each replay (:class:`~specdec_core.lm.CachedLM`; ``serving.cache.BatchLM`` for a batch).
 
 How the passes after the prefill run (:data:`STEP_MODES`; the prefill, of any length, always runs eager):
 
@@ -49,6 +50,7 @@ class StepGraphs:
     kernels on the addresses they had at capture."""
 
     WARMUPS = 2  # passes on a side stream before the capture (lazy initializations happen outside the graph)
+    cuda = torch.cuda  # the CUDA calls a capture makes: streams, the sync-debug mode, graphs (a test hands a stand-in)
 
     def __init__(self, mode: str, device):
         if mode not in STEP_MODES:
@@ -77,26 +79,27 @@ class StepGraphs:
     def _capture(self, key, fn) -> bool:
         """Warm up on a side stream with host synchronization refused (the warm-ups compute this very step: they
         write the same entries at the same slots), then capture. False, with the reason kept, if it cannot."""
-        here = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        here = self.cuda.current_stream(self.device)
+        side = self.cuda.Stream(self.device)
         side.wait_stream(here)
-        before = torch.cuda.get_sync_debug_mode()
+        before = self.cuda.get_sync_debug_mode()
         try:
-            with torch.cuda.stream(side):
-                torch.cuda.set_sync_debug_mode("error")
+            with self.cuda.stream(side):
+                self.cuda.set_sync_debug_mode("error")
                 for _ in range(self.WARMUPS):
                     fn()
-                torch.cuda.set_sync_debug_mode(before)
+                self.cuda.set_sync_debug_mode(before)
             here.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            graph = self.cuda.CUDAGraph()
+            with self.cuda.graph(graph):
                 out = fn()
-        except RuntimeError as e:
-            torch.cuda.set_sync_debug_mode(before)
-            here.wait_stream(side)
+        except RuntimeError as e:  # a host synchronization refused, or a capture failed: the key runs uncaptured
             self.uncaptured[key] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             warnings.warn(f"a model's steps are not captured in CUDA graphs (they run static, uncaptured): "
                           f"{self.uncaptured[key]}", stacklevel=4)
             return False
+        finally:  # also after any other error, which propagates: the process leaves sync-debug mode as it found it
+            self.cuda.set_sync_debug_mode(before)
+            here.wait_stream(side)
         self.captured[key] = (graph, out)
         return True

@@ -14,9 +14,10 @@ Contract (positions are absolute token positions in the sequence):
 - :meth:`rollback` ``(n)`` forgets the last ``n`` positions: a pointer move, no copy, no free.
   Stale entries beyond ``length`` are never read (every pass slices ``[:length + T]``) and are
   overwritten by the next write.
-- :meth:`compact` ``(keep, start)`` copies the entries at positions ``keep`` to ``[start, start + len(keep))``
-  (one ``index_select`` + ``copy_`` per layer) and sets ``length = start + len(keep)``; trees use
-  it to keep only the accepted path; :meth:`keep` picks the pointer move when the entries are already in place.
+- :meth:`compact` ``(slots, start)`` copies the entries at positions ``slots`` to ``[start, start + len(slots))``
+  (one ``index_select`` + ``copy_`` per layer) and sets ``length = start + len(slots)``; :meth:`retain` keeps
+  them there by a pointer move when they already are in place, else by :meth:`compact`: trees use it to keep
+  only the accepted path.
 - :meth:`reset` empties the cache for a new sequence. Nothing outside this module sets ``length``.
 - a *static-shape* pass (:mod:`specdec_core.graphs`) sets :attr:`slots` (a device tensor ``[T]``) for its duration:
   the T entries are written at those slots and attention gets the whole slab ``[0, capacity)``, masked by the pass;
@@ -107,25 +108,29 @@ class KVCache(Cache):
             raise ValueError(f"cannot roll back {n} of {self.length} positions")
         self.length -= n
 
-    def compact(self, keep: torch.Tensor, start: int) -> None:
-        """Move entries at absolute positions ``keep [n]`` to ``[start, start + n)``; length = start + n."""
-        n = int(keep.numel())
+    def compact(self, slots, start: int) -> None:
+        """Copy the entries at absolute positions ``slots`` (a list or LongTensor ``[n]``) to ``[start, start + n)``
+        (one ``index_select`` + ``copy_`` per layer) and set ``length = start + n``."""
+        slots = torch.as_tensor(slots, dtype=torch.long).flatten()
+        n = int(slots.numel())
+        if n and bool((slots < 0).any() | (slots >= self.capacity).any()):
+            raise ValueError(f"cannot compact slots {slots.tolist()}: the cache has {self.capacity} positions")
         if n:
-            keep = keep.to(self.layers[0].keys.device)
+            slots = slots.to(self.layers[0].keys.device)
             for layer in self.layers:
                 for buf in (layer.keys, layer.values):
-                    buf[:, :, start:start + n].copy_(buf.index_select(2, keep))
+                    buf[:, :, start:start + n].copy_(buf.index_select(2, slots))
         self.length = start + n
 
-    def keep(self, slots: list[int], start: int) -> None:
-        """Keep the entries at ``slots`` as ``[start, start + len(slots))``: a pointer move when they already
-        are there, else one index copy (:meth:`compact`). Nothing is reallocated."""
+    def retain(self, slots: list[int], start: int) -> None:
+        """Keep the entries at ``slots`` as ``[start, start + len(slots))``: a pointer move when they already are
+        there, else :meth:`compact`. Nothing is reallocated."""
         if slots == list(range(start, start + len(slots))):
             if start + len(slots) > self.length:
                 raise ValueError(f"cannot keep slots up to {start + len(slots)}: only {self.length} are written")
             self.length = start + len(slots)
         else:
-            self.compact(torch.tensor(slots, dtype=torch.long), start)
+            self.compact(slots, start)
 
     def reset(self) -> None:
         """Forget every position (a new sequence); the buffers stay allocated."""

@@ -9,7 +9,7 @@ Every method repeats one step, *draft → verify → accept → commit*:
    told what was kept, and the new tokens are emitted (cut at EOS and at the budget).
 
 Autoregressive decoding is the degenerate method: it drafts nothing and verifies the last token alone.
-:func:`steps` owns everything the methods share (prefill, the EOS/budget cut, the run record) and is a
+:func:`decode_steps` owns everything the methods share (prefill, the EOS/budget cut, the run record) and is a
 generator: it yields the tokens each step commits, so ``generate`` is a loop over it and a streamer is a
 consumer of it.
 
@@ -35,14 +35,15 @@ from .verify import (chain_tests, greedy_accept, greedy_tree_accept, speculative
 class Verdict:
     """What *accept* decided: the new tokens (accepted drafts + the target's own) and the step's record.
 
-    ``proposed``, ``drafted`` and ``tv_alpha`` are the step's entries in the :class:`~specdec_core.record.Stats`
-    fields of those names, ``accepted`` its entry in ``accepted_lengths`` (defined in :mod:`specdec_core.record`)."""
+    ``proposed``, ``drafted`` and ``accept_probs`` are the step's entries in the
+    :class:`~specdec_core.record.Stats` fields of those names, ``accepted`` its entry in ``accepted_lengths``
+    (defined in :mod:`specdec_core.record`)."""
 
     tokens: list[int]
     accepted: int = 0  # draft tokens kept
     proposed: int = 0  # draft tokens the verifier tested on its path (accepted + the first rejection)
     drafted: int = 0  # draft tokens / nodes in the verify pass
-    tv_alpha: list[float] = field(default_factory=list)  # each test's acceptance probability
+    accept_probs: list[float] = field(default_factory=list)  # each test's acceptance probability
     path: list[int] = field(default_factory=list)  # trees: the accepted node ids, root to leaf
 
 
@@ -72,6 +73,11 @@ class Method:
     def commit(self, lm: CachedLM, draft, verdict: Verdict) -> None:
         pass
 
+    def finish(self, prompt: list[int], output: list[int]) -> None:
+        """The decode ended: its drafter, if any, is told (:meth:`~specdec_core.drafters.Drafter.finish`)."""
+        if getattr(self, "drafter", None) is not None:
+            self.drafter.finish(prompt, output)
+
 
 class Autoregressive(Method):
     """One target pass per token: nothing drafted, the last token verified alone."""
@@ -79,7 +85,7 @@ class Autoregressive(Method):
     name = "autoregressive"
 
     def verify(self, lm, seq, draft):
-        return lm.forward(torch.tensor(seq[-1:]), last_only=True)
+        return lm.forward(torch.tensor(seq[-1:]), logits_to_keep=1)
 
     def accept(self, draft, logits):
         token, _ = choose(logits[-1], self.params, self.generator)
@@ -87,20 +93,20 @@ class Autoregressive(Method):
 
 
 class Linear(Method):
-    """Linear speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a chain of ``k`` draft tokens.
-    With a :class:`~specdec_core.drafters.BlockDrafter` the chain comes from one draft pass ("parallel")."""
+    """Linear speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a chain of ``k`` draft tokens."""
 
-    def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, name: str = "linear",
-                 confidence: float | None = None, step_mode: str = "eager"):
+    name = "linear"
+
+    def __init__(self, params, generator, drafter, k: int, rule=speculative_sample, confidence: float | None = None,
+                 step_mode: str = "eager"):
         super().__init__(params, generator, step_mode)
         self.drafter = drafter
         self.k = k  # the most tokens a step drafts
         self.rule = rule  # the accept rule when sampling
-        self.name = name
         self.confidence = confidence
 
     def start(self, prompt, capacity):
-        self.drafter.use_steps(self.step_mode)
+        self.drafter.set_step_mode(self.step_mode)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):  # with a confidence, the draft stops itself: k is then the most it drafts
@@ -121,15 +127,22 @@ class Linear(Method):
             p = process_logits(logits, self.params)
             new, n = self.rule(draft.tokens, draft.q, p, self.generator)
         proposed = n + 1 if n < drafted else n  # the accepted tokens, and the rejected one if any
-        tv_alpha = chain_tests(p, draft.q, draft.tokens, argmax, proposed)
-        return Verdict(new.tolist(), accepted=n, proposed=proposed, drafted=drafted, tv_alpha=tv_alpha)
+        accept_probs = chain_tests(p, draft.q, draft.tokens, argmax, proposed)
+        return Verdict(new.tolist(), accepted=n, proposed=proposed, drafted=drafted, accept_probs=accept_probs)
 
     def commit(self, lm, draft, verdict):
         lm.cache.rollback(draft.tokens.numel() - verdict.accepted)
         self.drafter.accept(verdict.accepted)
 
 
-class TreeSearch(Method):
+class Parallel(Linear):
+    """Parallel drafting (PARD-style): :class:`Linear` whose chain comes from one draft pass of a block draft
+    (:class:`~specdec_core.drafters.BlockDrafter`)."""
+
+    name = "parallel"
+
+
+class TreeDecoding(Method):
     """Tree speculative decoding (SpecInfer, Medusa, EAGLE, Sequoia): a tree of depth ``k`` in one verify pass
     through a 4D mask; the accepted path's KV entries are compacted in place (:mod:`specdec_core.tree`)."""
 
@@ -145,7 +158,7 @@ class TreeSearch(Method):
         self.confidence = confidence
 
     def start(self, prompt, capacity):
-        self.drafter.use_steps(self.step_mode)
+        self.drafter.set_step_mode(self.step_mode)
         self.drafter.reset(prompt, capacity)
 
     def draft(self, seq, budget):
@@ -168,14 +181,14 @@ class TreeSearch(Method):
         last = path[-1] if path else 0  # the node the walk stopped at (0: the root)
         rejected = bool(tree.children[last])  # it has children: the verifier tested them and rejected them all
         proposed = len(path) + 1 if rejected else len(path)
-        tv_alpha = tree_tests(tree, path, draft.q, p)
-        return Verdict(new.tolist(), accepted=len(path), proposed=proposed, drafted=tree.n, tv_alpha=tv_alpha,
-                       path=path)
+        accept_probs = tree_tests(tree, path, draft.q, p)
+        return Verdict(new.tolist(), accepted=len(path), proposed=proposed, drafted=tree.n,
+                       accept_probs=accept_probs, path=path)
 
     def commit(self, lm, draft, verdict):
         # verify committed the root and the tree's N nodes last, so the root's slot is N + 1 from the end
         root = lm.length - (draft.tree.n + 1)
-        lm.cache.keep([root + i for i in verdict.path], start=root + 1)  # node i sits at root + i
+        lm.cache.retain([root + i for i in verdict.path], start=root + 1)  # node i sits at root + i
         self.drafter.accept_path(verdict.path)
 
 
@@ -189,7 +202,7 @@ def cut(new: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:
 
 @dataclass
 class Run:
-    """One decode, its arguments checked: what :func:`steps` runs (``generate`` and ``stream`` build it)."""
+    """One decode, its arguments checked: what :func:`decode_steps` runs (``generate`` and ``stream`` build it)."""
 
     method: Method  # the phases, holding the run's sampling parameters and generator
     target: torch.nn.Module  # the causal LM that verifies
@@ -200,7 +213,7 @@ class Run:
     stats: Stats  # the run record, filled as the steps go
 
 
-def steps(run: Run) -> Iterator[list[int]]:
+def decode_steps(run: Run) -> Iterator[list[int]]:
     """Prefill, then ``run.method``'s four phases per step until EOS or ``max_new_tokens``. Yields the tokens
     each step commits (the prefill's token first) and fills ``run.stats`` as it goes (``decode_s`` and
     ``token_times`` include any time the consumer spends between steps)."""
@@ -210,7 +223,7 @@ def steps(run: Run) -> Iterator[list[int]]:
         clock = Clock(stats, lm.device)
         method.start(run.prompt, run.capacity)
         with clock.phase("prefill"):
-            tok, _ = choose(lm.forward(run.prompt, last_only=True)[-1], method.params, method.generator)
+            tok, _ = choose(lm.forward(run.prompt, logits_to_keep=1)[-1], method.params, method.generator)
         stats.target_passes = 1
         stats.new_tokens = 1
         clock.mark_tokens(1)
@@ -220,19 +233,23 @@ def steps(run: Run) -> Iterator[list[int]]:
         t_decode = clock.now()
         while not done:
             room = run.max_new_tokens - stats.new_tokens  # tokens this step may still add
+            # a step drafts at most room − 1 tokens: the target's own token takes the last place (room 1: none)
+            phases = method if room > 1 else Autoregressive(method.params, method.generator)
             with clock.phase("draft"):
-                draft = method.draft(seq, room)
+                draft = phases.draft(seq, room - 1)
             with clock.phase("verify"):
-                logits = method.verify(lm, seq, draft)
+                logits = phases.verify(lm, seq, draft)
             with clock.phase("accept"):
-                verdict = method.accept(draft, logits)
+                verdict = phases.accept(draft, logits)
             with clock.phase("commit"):
-                method.commit(lm, draft, verdict)
+                phases.commit(lm, draft, verdict)
                 new, done = cut(verdict.tokens, room, run.eos)
                 seq += new
-            draft_passes = 0 if draft is None else draft.passes  # autoregressive steps draft nothing
-            stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.tv_alpha, draft_passes)
+            passes, predicted = (0, False) if draft is None else (draft.passes, draft.source == "prediction")
+            stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.accept_probs, passes,
+                              predicted)
             stats.new_tokens += len(new)
             clock.mark_tokens(len(new))
             stats.decode_s = clock.now() - t_decode
             yield new
+        method.finish(run.prompt.tolist(), seq[run.prompt.numel():])

@@ -11,13 +11,15 @@ hold for every method:
 - ``accepted_lengths[i]`` draft tokens accepted at step i (the verifier's own token comes on top).
 - ``drafted[i]``       draft tokens (a chain) or nodes (a tree, root excluded) in step i's verify pass;
                        ``nodes_per_pass`` is the same list under the trees' name.
-- ``tv_alpha``         one entry per acceptance test the verifier ran: the probability that the test
+- ``accept_probs``     one entry per acceptance test the verifier ran: the probability that the test
                        accepts, given everything drafted and rejected before it (Σ min(r, q), r = the target
                        law p or, after rejected siblings, the residual; greedy: 1 if the token matched).
 - ``alpha``   = Σ accepted / Σ proposed = accepted ÷ (accepted + rejections): the per-token acceptance rate
                 (the maximum-likelihood α of Leviathan et al.'s i.i.d. model).
-- ``alpha_tv`` = Σ tv_alpha / Σ proposed: the same rate predicted from the laws (tests accept with
-                these probabilities, so its expectation is ``alpha``'s).
+- ``alpha_predicted`` = Σ accept_probs / Σ proposed: the same rate predicted from the laws (tests accept
+                with these probabilities, so its expectation is ``alpha``'s).
+- ``tv_alpha``, ``alpha_tv``: deprecated keys of ``accept_probs`` and ``alpha_predicted``, still read (with a
+                ``DeprecationWarning``).
 - ``tau``     = new tokens / target passes (the prefill counts as a pass).
 - ``<phase>_s`` wall time of prefill, decode, and of each step phase; ``token_times[j]`` seconds from the
                 start at which new token j became known (tokens committed by one step share a time).
@@ -25,6 +27,7 @@ hold for every method:
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
@@ -55,9 +58,11 @@ class Stats:
     proposed: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
     drafted: list[int] = field(default_factory=list)
-    tv_alpha: list[float] = field(default_factory=list)
+    accept_probs: list[float] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
     new_tokens: int = 0
+    prediction_accepted: int = 0  # predicted-output tokens accepted (generate(..., prediction=))
+    prediction_rejected: int = 0  # predicted-output tokens drafted and not accepted (OpenAI's rejected_prediction_tokens)
     prefill_s: float = 0.0
     decode_s: float = 0.0
     draft_s: float = 0.0
@@ -65,14 +70,19 @@ class Stats:
     accept_s: float = 0.0
     commit_s: float = 0.0
 
-    def record_step(self, proposed: int, accepted: int, drafted: int, tv_alpha: list[float], draft_passes: int) -> None:
-        """One draft → verify → accept → commit step (one target pass); ``tv_alpha``: the step's tests."""
+    def record_step(self, proposed: int, accepted: int, drafted: int, accept_probs: list[float],
+                    draft_passes: int, predicted: bool = False) -> None:
+        """One draft → verify → accept → commit step (one target pass); ``accept_probs``: the step's tests;
+        ``predicted``: the draft was the caller's predicted output."""
+        if predicted:
+            self.prediction_accepted += accepted
+            self.prediction_rejected += drafted - accepted
         self.target_passes += 1
         self.draft_passes += draft_passes
         self.proposed.append(proposed)
         self.accepted_lengths.append(accepted)
         self.drafted.append(drafted)
-        self.tv_alpha.extend(tv_alpha)
+        self.accept_probs.extend(accept_probs)
 
     @property
     def nodes_per_pass(self) -> list[int]:
@@ -83,9 +93,9 @@ class Stats:
         return acceptance_rate(self.accepted_lengths, self.proposed)
 
     @property
-    def alpha_tv(self) -> float:
+    def alpha_predicted(self) -> float:
         prop = sum(self.proposed)
-        return sum(self.tv_alpha) / prop if prop else float("nan")
+        return sum(self.accept_probs) / prop if prop else float("nan")
 
     @property
     def tau(self) -> float:
@@ -96,18 +106,24 @@ class Stats:
         return self.new_tokens / (self.prefill_s + self.decode_s) if self.new_tokens else 0.0
 
     # -- mapping view: stats["alpha"], stats.get("nodes_per_pass"), dict(stats.items()) --------------
-    DERIVED = ("alpha", "alpha_tv", "tau", "tokens_per_s", "nodes_per_pass")
+    DERIVED = ("alpha", "alpha_predicted", "tau", "tokens_per_s", "nodes_per_pass")
 
     def keys(self) -> list[str]:
         return [f.name for f in fields(self)] + list(self.DERIVED)
 
+    DEPRECATED = {"tv_alpha": "accept_probs", "alpha_tv": "alpha_predicted"}  # old key → its name now
+
     def __getitem__(self, key: str):
+        if key in self.DEPRECATED:
+            warnings.warn(f"stats[{key!r}] is deprecated: read stats[{self.DEPRECATED[key]!r}]", DeprecationWarning,
+                          stacklevel=2)
+            key = self.DEPRECATED[key]
         if key not in self.keys():
             raise KeyError(key)
         return getattr(self, key)
 
     def __contains__(self, key) -> bool:
-        return key in self.keys()
+        return key in self.keys() or key in self.DEPRECATED
 
     def get(self, key: str, default=None):
         return self[key] if key in self else default

@@ -11,7 +11,7 @@ nodes 1..N follow in (depth, path) order, the order in which they are drafted, w
 and verified. :class:`Dynamic` grows the tree instead from the draft's own probabilities (top-k
 expansion under a node budget, as in EAGLE-2), one depth per draft pass.
 
-A tree step (:class:`specdec_core.loop.TreeSearch`) has the four phases of every method:
+A tree step (:class:`specdec_core.loop.TreeDecoding`) has the four phases of every method:
 
 1. **draft**  the drafter grows the tree (``Drafter.propose_tree``, with :class:`TreeBuilder`): node tokens
    and, when sampling, the law q each node's token was drawn from (:func:`draw_siblings`).
@@ -233,6 +233,7 @@ class TreeDraft:
     tokens: torch.Tensor  # [N] LongTensor: node i's token is tokens[i - 1]
     q: torch.Tensor | None  # [N, V] float64: the law node i's token was drawn from (None when greedy)
     passes: int  # draft forward passes spent
+    source: str = ""  # as Draft.source ("prediction": the caller's predicted output)
 
 
 def draw_siblings(logits: torch.Tensor, q: torch.Tensor | None, m: int, generator):

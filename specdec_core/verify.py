@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import sample
+from .sampling import OneHotLaws, sample
 
 
 def greedy_accept(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -77,6 +77,8 @@ def chain_tests(p: torch.Tensor | None, q: torch.Tensor | None, tokens: torch.Te
         return []
     if argmax is not None:
         return (tokens[:proposed].to(argmax.device) == argmax[:proposed]).double().tolist()
+    if isinstance(q, OneHotLaws):  # Σ min(p, one-hot on x) = p(x)
+        return p[torch.arange(proposed, device=p.device), q.tokens[:proposed].to(p.device)].tolist()
     return overlap(p[:proposed], q[:proposed].to(p.device)).tolist()
 
 

@@ -65,7 +65,8 @@ def test_tree_confidence_prunes_and_a_tiny_theta_changes_nothing(toy16, temperat
     d, p = toy16.drafters["model"], PROMPTS[0]
     kw = dict(drafter=d, method="tree", k=4, max_new_tokens=24, temperature=temperature)
     top = sd.generate(toy16.target, p, confidence=1.0, **kw).stats
-    assert set(top.drafted) == {3} and top.draft_passes == top.target_passes - 1  # default tree: 3 root children
+    drafting = top.drafted[:-1] if top.drafted[-1] == 0 else top.drafted  # a last step with room 1 drafts nothing
+    assert set(drafting) == {3} and top.draft_passes == len(drafting)  # default tree: 3 root children
     full, tiny = sd.generate(toy16.target, p, **kw), sd.generate(toy16.target, p, confidence=1e-12, **kw)
     assert tiny.tokens == full.tokens and tiny.stats.drafted == full.stats.drafted
 
@@ -77,7 +78,8 @@ def test_the_stop_cuts_exactly_where_the_draft_is_unsure(toy16, temperature):
     d, params = toy16.drafters["model"], SamplingParams(temperature)
     runs = {th: sd.generate(toy16.target, PROMPTS[0], drafter=d, method="linear", k=4, max_new_tokens=24,
                             temperature=temperature, confidence=th).stats for th in (1.0, 1e-9)}
-    assert set(runs[1.0].drafted) == {1} and len(runs[1.0].drafted) == runs[1.0].target_passes - 1
+    drafting = runs[1.0].drafted[:-1] if runs[1.0].drafted[-1] == 0 else runs[1.0].drafted  # room 1: no draft
+    assert set(drafting) == {1} and len(runs[1.0].drafted) == runs[1.0].target_passes - 1
     assert max(runs[1e-9].drafted) == 4
     g = torch.Generator().manual_seed(0)
     d.reset(PROMPTS[0], 64)
@@ -160,18 +162,18 @@ def vocab8():
 
 
 def test_a_stop_that_reads_the_target_is_caught_and_the_real_stop_is_not(vocab8):
-    """The same test, the same seeds, 3-token continuations (the first comes from the prefill, so the second step
-    drafts K = 2): the confidence stop (θ = 0.6, which cuts most first steps here) passes, the peeking stop is
+    """The same test, the same seeds, 4-token continuations (the first comes from the prefill, so the second step,
+    with room for 3, drafts K = 2): the confidence stop (θ = 0.6, which cuts most first steps here) passes, the peeking stop is
     rejected at α = 1e-3."""
     params, prompt, N = SamplingParams(1.0), torch.tensor([1, 2, 3]), 2000
-    law = ex.sequence_law(vocab8.target, prompt, 3, params)
+    law = ex.sequence_law(vocab8.target, prompt, 4, params)
     model = vocab8.drafters["model"]
-    cut = [sd.generate(vocab8.target, prompt, drafter=model, method="linear", k=2, max_new_tokens=3, temperature=1.0,
+    cut = [sd.generate(vocab8.target, prompt, drafter=model, method="linear", k=2, max_new_tokens=4, temperature=1.0,
                        seed=i, confidence=0.6).stats.drafted[0] == 1 for i in range(100)]
     assert sum(cut) > 30, "θ = 0.6 should cut this draft's steps often, or the test below tests nothing"
     p = {}
     for name, drafter, theta in (("stop", model, 0.6), ("peek", mu.PeekingStop(model, vocab8.target), None)):
-        s = ex.sample_sequences(vocab8.target, prompt, 3, N, params, "linear", drafter, k=2, seed0=7, threads=1,
+        s = ex.sample_sequences(vocab8.target, prompt, 4, N, params, "linear", drafter, k=2, seed0=7, threads=1,
                                 confidence=theta)
         p[name] = ex.gof_test(s.counts(8), law, seed=7).pvalue
     assert p["stop"] > 1e-3, p
@@ -181,14 +183,14 @@ def test_a_stop_that_reads_the_target_is_caught_and_the_real_stop_is_not(vocab8)
 def test_a_chooser_that_reads_the_target_is_caught_and_the_real_chooser_is_not(vocab8):
     """The same test and seeds; the prompt holds every token, so lookup always has a continuation to switch to:
     the chooser passes, the chooser that swaps in lookup where the target disfavours the model's drawn token is
-    rejected at α = 1e-3. This mutant is the louder one: 1000 continuations give it p = 1.7e-6 (the stop's
-    mutant above needs 2000: p = 0.005 at 1000)."""
+    rejected at α = 1e-3 (4-token continuations, as above). This mutant is the louder one: 1000 continuations
+    suffice where the stop's mutant above takes 2000."""
     params, prompt, N = SamplingParams(1.0), torch.arange(8), 1000
-    law = ex.sequence_law(vocab8.target, prompt, 3, params)
+    law = ex.sequence_law(vocab8.target, prompt, 4, params)
     peek = mu.PeekingChooser(vocab8.drafters["model"], vocab8.target, vocab8.drafters["ngram"])
     p = {}
     for name, drafter in (("chooser", vocab8.drafters["adaptive"]), ("peek", peek)):
-        s = ex.sample_sequences(vocab8.target, prompt, 3, N, params, "linear", drafter, k=2, seed0=7, threads=1)
+        s = ex.sample_sequences(vocab8.target, prompt, 4, N, params, "linear", drafter, k=2, seed0=7, threads=1)
         p[name] = ex.gof_test(s.counts(8), law, seed=7).pvalue
     assert p["chooser"] > 1e-3, p
     assert p["peek"] < 1e-3, f"the peeking chooser went undetected: {p}"

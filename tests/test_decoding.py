@@ -43,7 +43,7 @@ def test_linear_stats_record(toy16):
     # proposed = tokens tested: the accepted ones plus the first rejected one (none after a full accept)
     assert s["proposed"] == [a + (a < d) for a, d in zip(s["accepted_lengths"], s["drafted"])]
     assert s["alpha"] == sum(s["accepted_lengths"]) / sum(s["proposed"])
-    assert len(s["tv_alpha"]) == sum(s["proposed"]) and s["alpha_tv"] == s["alpha"]  # greedy: tests are 0/1
+    assert len(s["accept_probs"]) == sum(s["proposed"]) and s["alpha_predicted"] == s["alpha"]  # greedy: tests are 0/1
     # every pass emits accepted + 1 tokens, except possibly the last (cut at the budget)
     assert sum(n + 1 for n in s["accepted_lengths"]) + 1 >= len(res.tokens)
     assert 0 <= s["alpha"] <= 1 and s["tau"] == pytest.approx(len(res.tokens) / s["target_passes"])
@@ -52,13 +52,43 @@ def test_linear_stats_record(toy16):
     assert all(t > 0 for t in phases) and sum(phases) <= s["decode_s"]  # every phase ran, inside the decode loop
 
 
-def test_max_new_tokens_reached_mid_block(toy16):
-    # a perfect drafter (the target itself) accepts everything: budget 6 with k=4 ends mid-block
+@pytest.mark.parametrize("budget", [7, 8, 9])
+def test_max_new_tokens_reached_mid_block(toy16, budget):
+    # a perfect drafter (the target itself) accepts everything, so with k=4 a whole step adds 5 tokens: after the
+    # prefill's token and one whole step (6 tokens), a budget of 7 to 9 falls inside the second step's block. That
+    # step drafts only what the room leaves beside the target's own token (none when the room is 1) and ends the
+    # answer at the budget
     perfect = sd.ModelDrafter(toy16.target)
-    res = sd.generate(toy16.target, [3, 1], drafter=perfect, method="linear", k=4, max_new_tokens=6)
-    ar = sd.generate(toy16.target, [3, 1], max_new_tokens=6)
-    assert res.tokens == ar.tokens and len(res.tokens) == 6
-    assert res.stats["accepted_lengths"][0] == 4
+    res = sd.generate(toy16.target, [3, 1], drafter=perfect, method="linear", k=4, max_new_tokens=budget)
+    ar = sd.generate(toy16.target, [3, 1], max_new_tokens=budget)
+    assert res.tokens == ar.tokens and len(res.tokens) == budget
+    room = budget - 1 - 5  # what the second step may add: less than a whole block (k + 1 = 5)
+    assert res.stats["accepted_lengths"] == [4, room - 1]  # its block, accepted + the target's token, fills the room
+
+
+def overdrafted(drafted: list[int], accepted: list[int], budget: int) -> list[int]:
+    """The steps of a record that drafted more than their room − 1 tokens (the target's own token takes the
+    last place of the room, so a step with room r needs at most r − 1 drafts)."""
+    made, bad = 1, []  # the prefill's token
+    for i, (d, a) in enumerate(zip(drafted, accepted)):
+        if d > budget - made - 1:
+            bad.append(i)
+        made += a + 1
+    return bad
+
+
+@pytest.mark.parametrize("name", ["model", "ngram", "block"])
+def test_no_step_drafts_past_its_room(toy16, name):
+    """At the budget's edge a step drafts at most room − 1 tokens, single sequence and batch; the old rule
+    (min(k, room)) is caught on its record: at budget 3 its second step drafted 2 with room 2."""
+    assert overdrafted([2], [1], 3) == [0] and overdrafted([1], [1], 3) == []
+    method = "parallel" if name == "block" else "linear"
+    for budget in range(2, 12):
+        kw = dict(drafter=toy16.drafters[name], method=method, k=4, max_new_tokens=budget)
+        s = sd.generate(toy16.target, [4, 4, 4, 4, 9], **kw).stats
+        assert not overdrafted(s.drafted, s.accepted_lengths, budget), (budget, s.drafted, s.accepted_lengths)
+        for r in sd.generate_batch(toy16.target, [[4, 4, 4, 4, 9], [1, 2]], **kw).results:
+            assert not overdrafted(r.stats.drafted, r.stats.accepted_lengths, budget), (budget, r.stats.drafted)
 
 
 def test_eos_inside_draft_stops_generation(toy16):

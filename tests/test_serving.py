@@ -77,7 +77,7 @@ def test_mutant_lockstep_rollback_breaks_greedy_identity(toy16):
     """Rolling every row back by the batch's smallest acceptance corrupts the rows that accepted more."""
     kw = _kw(toy16, "linear", "model", max_new_tokens=33)
     good = sd.generate_batch(toy16.target, PROMPTS, **kw)
-    bad = sd.generate_batch(toy16.target, PROMPTS, commit=mu.batch_smallest_commit, **kw)
+    bad = sd.generate_batch(toy16.target, PROMPTS, commit_rule=mu.batch_smallest_commit, **kw)
     ar = [sd.generate(toy16.target, p, max_new_tokens=33).tokens for p in PROMPTS]
     assert good.tokens == ar and bad.tokens != ar
 
@@ -86,13 +86,13 @@ def _batched_samples(toy, prompt, n, params, batches, B, commit=None, method="li
     out = []
     for i in range(batches):
         b = sd.generate_batch(toy.target, [prompt] * B, seed=[1000 + B * i + r for r in range(B)], max_new_tokens=n,
-                              temperature=params.temperature, top_k=params.top_k, commit=commit,
+                              temperature=params.temperature, top_k=params.top_k, commit_rule=commit,
                               drafter=toy.drafters[drafter], method=method, k=2)
         out += b.tokens
     return np.array(out)
 
 
-LAW_TOKENS = 4  # the lockstep mutant needs two verify steps after rows diverge to show (3 tokens: identical law)
+LAW_TOKENS = 5  # the lockstep mutant needs two verify steps after rows diverge to show; a step drafts at most room − 1
 
 
 @pytest.fixture(scope="module")
@@ -103,15 +103,15 @@ def batch_law(toy):
 
 @pytest.mark.parametrize("method, drafter", SPECS[1:])
 def test_batched_rows_follow_the_target_law(toy, batch_law, method, drafter):
-    """The chapter-2 test on 600 rows of B = 3 batches (4 tokens after [1, 2, 3], top-k 3: 81 possible cells)."""
+    """The chapter-2 test on 600 rows of B = 3 batches (5 tokens after [1, 2, 3], top-k 3: 243 possible cells)."""
     params, law = batch_law
     samples = _batched_samples(toy, [1, 2, 3], LAW_TOKENS, params, 200, 3, method=method, drafter=drafter)
     assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=law.size), law, seed=1).pvalue > ALPHA
 
 
 def test_batched_law_catches_the_lockstep_mutant(toy, batch_law):
-    """The mutant's law is close to the target's: 600 rows caught it (p < 1e-3) at two of three seed offsets tried,
-    3000 rows at all three; the test takes 3000."""
+    """The mutant's law is close to the target's: the test takes 3000 rows (at 4 tokens, before a step drafted at
+    most room − 1, 600 rows caught it at two of three seed offsets tried and 3000 at all three)."""
     params, law = batch_law
     samples = _batched_samples(toy, [1, 2, 3], LAW_TOKENS, params, 1000, 3, commit=mu.batch_smallest_commit)
     assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=law.size), law, seed=1).pvalue < ALPHA
@@ -146,7 +146,7 @@ def test_prefill_row_by_row_equals_the_padded_pass(toy16, rows):
     for share in (0.0, 1.0):  # 0: row by row whenever there is any padding; 1: always one padded pass
         lm = BatchLM(toy16.target, len(rows), 16)
         lm.MAX_PADDING = share
-        logits = lm.prefill(rows, keep_last=min(map(len, rows)))
+        logits = lm.prefill(rows, logits_to_keep=min(map(len, rows)))
         kv = [(L.keys[r, :, s:e], L.values[r, :, s:e]) for L in lm.cache.layers
               for r, (s, e) in enumerate(zip(lm.cache.starts.tolist(), lm.cache.lengths.tolist()))]
         out[share] = logits, kv, lm.forward([[3]] * len(rows))[:, 0]  # a decode step reads the cache after it
@@ -155,8 +155,8 @@ def test_prefill_row_by_row_equals_the_padded_pass(toy16, rows):
     assert all(torch.allclose(x, y, rtol=0, atol=1e-10) for (x, _), (y, _) in zip(kv_a, kv_b))
     assert all(torch.allclose(x, y, rtol=0, atol=1e-10) for (_, x), (_, y) in zip(kv_a, kv_b))
     for bad in (0, 3):
-        with pytest.raises(ValueError, match="keep_last"):
-            BatchLM(toy16.target, 1, 8).prefill([[1, 2]], keep_last=bad)
+        with pytest.raises(ValueError, match="logits_to_keep"):
+            BatchLM(toy16.target, 1, 8).prefill([[1, 2]], logits_to_keep=bad)
 
 
 def test_bad_batch_input_is_named(toy):

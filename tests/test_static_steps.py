@@ -64,9 +64,9 @@ class Twins:
         self.eager.cache.rollback(n)
         self.static.cache.rollback(n)
 
-    def keep(self, slots: list[int], start: int) -> None:
-        self.eager.cache.keep(slots, start)
-        self.static.cache.keep(slots, start)
+    def retain(self, slots: list[int], start: int) -> None:
+        self.eager.cache.retain(slots, start)
+        self.static.cache.retain(slots, start)
 
     @property
     def length(self) -> int:
@@ -75,13 +75,13 @@ class Twins:
 
 
 def tree_verify(tw: Twins, tree: Tree, label: str, path: list[int]) -> None:
-    """Verify [root, nodes] with the tree's positions and mask, then keep the root and ``path`` (TreeSearch's commit)."""
+    """Verify [root, nodes] with the tree's positions and mask, then keep the root and ``path`` (TreeDecoding's commit)."""
     L = tw.length
     tokens = torch.arange(tree.n + 1) % 16
     tw.forward(f"{label} verify T={tree.n + 1}", tokens, positions=L + tree.depths,
                mask=tree.bias(L, torch.float64, "cpu"))
-    tw.keep([L + i for i in path], start=L + 1)
-    tw.forward(f"{label} after compaction", torch.tensor([3]), last_only=True)
+    tw.retain([L + i for i in path], start=L + 1)
+    tw.forward(f"{label} after compaction", torch.tensor([3]), logits_to_keep=1)
 
 
 def target_script(pair, static_lm=CachedLM) -> Twins:
@@ -93,7 +93,7 @@ def target_script(pair, static_lm=CachedLM) -> Twins:
         for rejected in range(T):
             tw.forward(f"linear verify T={T}", (torch.arange(T) * 3 + rejected) % 16)
             tw.rollback(rejected)
-    tw.forward("autoregressive T=1", torch.tensor([6]), last_only=True)
+    tw.forward("autoregressive T=1", torch.tensor([6]), logits_to_keep=1)
     tree_verify(tw, Tree.chain(K), "chain", [1, 2])  # the accepted entries already in place: a pointer move
     tree_verify(tw, default_tree(K), "default tree", [2, K + 2])  # off the spine: an index copy
     tree_verify(tw, Tree.from_branching([2, 2]), "2x2 tree", [])  # all rejected: only the root stays
@@ -104,11 +104,11 @@ def draft_script(pair, static_lm=CachedLM) -> Twins:
     """The model draft's passes (ModelDrafter): catch-up passes of 1 and 2 tokens and one-token steps (last row
     only), rollbacks; a tree's depths (positions = depth, the frontier's mask); compaction of its accepted path."""
     tw = Twins(pair.drafters["model"].model, 96, static_lm)
-    tw.forward("draft prefill", PROMPT, last_only=True)
+    tw.forward("draft prefill", PROMPT, logits_to_keep=1)
     for unseen in (1, 2, 1):
-        tw.forward(f"catch-up T={unseen}", torch.arange(unseen) + 4, last_only=True)
+        tw.forward(f"catch-up T={unseen}", torch.arange(unseen) + 4, logits_to_keep=1)
         for i in range(K - 1):
-            tw.forward("draft step T=1", torch.tensor([i + 1]), last_only=True)
+            tw.forward("draft step T=1", torch.tensor([i + 1]), logits_to_keep=1)
         tw.rollback(K - 2)
     base = tw.length
     tree = default_tree(K)
@@ -118,8 +118,8 @@ def draft_script(pair, static_lm=CachedLM) -> Twins:
         mask = attention_bias(tree.mask[first:last, 1:last], base, torch.float64, "cpu")
         tw.forward(f"draft tree depth {depth} T={len(nodes)}", torch.tensor(nodes) % 16,
                    positions=torch.full((len(nodes),), base - 1 + depth), mask=mask)
-    tw.keep([base, base + 3], start=base)  # two accepted nodes, not contiguous: an index copy
-    tw.forward("draft after compaction", torch.tensor([2]), last_only=True)
+    tw.retain([base, base + 3], start=base)  # two accepted nodes, not contiguous: an index copy
+    tw.forward("draft after compaction", torch.tensor([2]), logits_to_keep=1)
     return tw
 
 
@@ -128,11 +128,11 @@ def block_script(pair, static_lm=CachedLM) -> Twins:
     vocabulary, only the unseen committed."""
     drafter = pair.drafters["block"]
     tw = Twins(drafter.model, 96, static_lm)
-    tw.forward("block prefill", PROMPT, commit=PROMPT.numel() - 1, keep_last=1, full_vocab=False)
+    tw.forward("block prefill", PROMPT, commit=PROMPT.numel() - 1, logits_to_keep=1, full_vocab=False)
     for k in range(1, K + 1):
         for unseen in (1, 2):
             ids = torch.tensor([5] * unseen + drafter.mask_ids(k - 1))
-            tw.forward(f"block k={k} unseen={unseen}", ids, commit=unseen, keep_last=k, full_vocab=False)
+            tw.forward(f"block k={k} unseen={unseen}", ids, commit=unseen, logits_to_keep=k, full_vocab=False)
             tw.rollback(unseen - 1)
     return tw
 
@@ -215,7 +215,7 @@ def test_two_open_streams_never_share_a_static_cache(toy16):
         out_b += y
     assert [out_a, out_b] == alone
     kept = lm_module._IDLE.get(toy16.target, [])
-    assert kept and all(lm.model is None and lm.steps == "static" for lm in kept)  # they do not hold the model
+    assert kept and all(lm.model is None and lm.step_mode == "static" for lm in kept)  # they do not hold the model
 
 
 def test_static_caches_are_kept_between_decodes_without_keeping_the_model():

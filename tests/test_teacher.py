@@ -64,17 +64,17 @@ def test_a_cache_that_never_commits_is_caught(toy16):
         "the mutant decoded like the correct cache: the comparison cannot fail"
 
 
-def test_keep_gathers_rows_and_names_bad_ones(toy16):
+def test_select_rows_gathers_rows_and_names_bad_ones(toy16):
     lm = BatchLM(toy16.target, 4, 16)
     lm.prefill(PROMPTS)
     before = [layer.keys.clone() for layer in lm.cache.layers]
     lengths = lm.cache.lengths.clone()
-    lm.cache.keep(torch.tensor([3, 1]))
+    lm.cache.select_rows(torch.tensor([3, 1]))
     assert lm.cache.batch == 2 and lm.cache.lengths.tolist() == lengths[[3, 1]].tolist()
     assert all(torch.equal(layer.keys, b[[3, 1]]) for layer, b in zip(lm.cache.layers, before))
     for bad in ([], [2], [-1]):
         with pytest.raises(ValueError, match="row indices"):
-            lm.cache.keep(torch.tensor(bad, dtype=torch.long))
+            lm.cache.select_rows(torch.tensor(bad, dtype=torch.long))
 
 
 def _first_token_pvalue(pair, temperature, law_temperature, sampler_patch=None):

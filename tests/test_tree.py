@@ -132,7 +132,7 @@ def test_replay_from_draft_ranks_predicts_greedy_steps(toy16, shape):
     ids = torch.tensor(prompt + res.tokens)
     logits = CachedLM(drafter.model, 80).forward(ids)[len(prompt) - 1:-1]  # row j predicts token j
     ranks = (logits > logits.gather(1, ids[len(prompt):, None])).sum(1).tolist()
-    assert treesearch.replay_greedy(shape, ranks) == res.stats["accepted_lengths"]
+    assert treesearch.replay_greedy(shape, ranks, max_new_tokens=60) == res.stats["accepted_lengths"]
 
 
 def test_optimal_tree_under_the_positional_model():
@@ -155,7 +155,7 @@ def test_tree_stats_record(toy16):
     # proposed = depths tested: the accepted ones, plus the rejected one unless the path ended at a leaf
     assert all(a <= p <= min(a + 1, 3) for a, p in zip(s["accepted_lengths"], s["proposed"]))
     assert s["alpha"] == sum(s["accepted_lengths"]) / sum(s["proposed"])
-    assert len(s["tv_alpha"]) == sum(s["proposed"]) and s["alpha_tv"] == s["alpha"]  # greedy: tests are 0/1
+    assert len(s["accept_probs"]) == sum(s["proposed"]) and s["alpha_predicted"] == s["alpha"]  # greedy: tests are 0/1
     assert sum(a + 1 for a in s["accepted_lengths"]) + 1 >= len(res.tokens)
     assert s["tau"] == pytest.approx(len(res.tokens) / s["target_passes"])
     assert len(s["token_times"]) == len(res.tokens)
@@ -195,7 +195,7 @@ def test_commit_keeps_only_the_accepted_path(toy16):
     path = [2, 7, 16]  # (1,), (1, 1), (1, 1, 0): not contiguous in the cache
     assert [d.tree.paths[i - 1] for i in path] == [(1,), (1, 1), (1, 1, 0)]
     ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
-    lm.cache.keep([L + i for i in path], start=L + 1)
+    lm.cache.retain([L + i for i in path], start=L + 1)
     drafter.accept_path(path)
     kept = context + [int(d.tokens[i - 1]) for i in path]
     assert lm.length == len(kept) and [l.keys.data_ptr() for l in lm.cache.layers] == ptrs

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import check_arguments, eos_ids
-from ..graphs import step_mode
+from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids
 from ..loop import Autoregressive, Linear, Verdict, cut
 from ..record import Result, Stats, Timer
 from ..sampling import choose, make_generator
@@ -53,34 +52,45 @@ def _row_seeds(seed, n_rows: int) -> list[int]:
     return seeds
 
 
+# generate's options that have no batched form here, and why (a call that sets one gets a ValueError saying so)
+BATCH_REFUSES = {"tree": "trees are single-sequence only (method 'tree')",
+                 "confidence": "the batched drafters have no confidence stop",
+                 "prediction": "a prediction is per request: decode it with generate or stream"}
+
+
 def generate_batch(target, prompts, drafter=None, method: str = "autoregressive", k: int = 4,
                    max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                   seed=0, rule=None, commit=None, graphs="auto") -> BatchResult:
-    """Decode every prompt of ``prompts`` (token-id lists of any lengths) in one batch; ``generate``'s arguments.
+                   seed=0, cache_len: int | None = None, tree=None, rule=None, confidence: float | None = None,
+                   graphs="auto", prediction=None, commit_rule=None) -> BatchResult:
+    """Decode every prompt of ``prompts`` (token-id lists of any lengths) in one batch; ``generate``'s options
+    (:class:`~specdec_core.decode.DecodeOptions`), each applying to every row, except those of
+    :data:`BATCH_REFUSES`.
 
     ``seed``: an int (row r uses ``seed + r``) or one seed per prompt; each row has its own generator, so its
-    output does not depend on its neighbours. ``method``: ``"autoregressive"``, ``"linear"`` or ``"parallel"``
-    (trees are single-sequence only). ``rule``: the accept rule, as in ``generate``. ``commit``: how many of
-    its verified tokens each row's cache keeps, from the rows' verdicts (default :func:`ragged_commit`, each
-    row its own accepted + 1); the negative controls of the tests pass a wrong one. ``graphs``: as in ``generate``
-    (on CUDA the target's and the draft's batch steps are captured per shape; the prefill runs eager). Returns a
-    :class:`BatchResult`.
+    output does not depend on its neighbours. ``method``: ``"autoregressive"``, ``"linear"`` or ``"parallel"``.
+    ``cache_len``: the batch cache's positions per row (default: the longest prompt + ``max_new_tokens`` + one
+    step's headroom). ``rule``: the accept rule, as in ``generate``. ``commit_rule``: how many of its verified
+    tokens each row's cache keeps, from the rows' verdicts (default :func:`ragged_commit`, each row its own
+    accepted + 1); the negative controls of the tests pass a wrong one. ``graphs``: as in ``generate`` (the
+    prefill runs eager). Returns a :class:`BatchResult`.
     """
     if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of prompts (each a 1-D list or tensor of token ids)")
+    options = DecodeOptions.of(locals())
+    for name, why in BATCH_REFUSES.items():
+        if getattr(options, name) != getattr(DecodeOptions, name):
+            raise ValueError(f"generate_batch does not take {name}={getattr(options, name)!r}: {why}")
     seeds = _row_seeds(seed, len(prompts))
-    params, prompt_tensors, _ = check_arguments(target, prompts, drafter, method, k, max_new_tokens, temperature,
-                                                top_k, top_p, methods=BATCH_METHODS, caller="generate_batch")
-    rows = [p.tolist() for p in prompt_tensors]
+    params, _, mode, drafter = options.check(target, drafter, methods=BATCH_METHODS, caller="generate_batch")
+    rows = [p.tolist() for p in check_prompts(target, prompts)]
     B = len(rows)
     device = next(target.parameters()).device
-    mode = step_mode(graphs, device)
-    capacity = max(map(len, rows)) + max_new_tokens + k + 2
+    capacity = cache_capacity(target, max(map(len, rows)), options)
     gens = [make_generator(device, s) for s in seeds]
     rule = rule or speculative_sample
-    accept = [Autoregressive(params, g) if method == "autoregressive" else Linear(params, g, None, k, rule=rule)
-              for g in gens]  # each row's own accept phase
-    bdraft = None if method == "autoregressive" else batched(drafter, target, B, capacity, mode)
+    own = [Autoregressive(params, g) for g in gens]  # each row's accept phase without a draft
+    accept = own if method == "autoregressive" else [Linear(params, g, None, k, rule=rule) for g in gens]  # with
+    batch_drafter = None if method == "autoregressive" else batched(drafter, target, B, capacity, mode)
     lm = BatchLM(target, B, capacity, mode)
     eos = eos_ids(target)
     stats = [Stats(method) for _ in rows]
@@ -101,25 +111,27 @@ def generate_batch(target, prompts, drafter=None, method: str = "autoregressive"
     slots = 0  # token slots of the verify passes
     used = 0  # of them, those that carried a row's real token
     while not all(done):
-        ks = [0 if d else min(k, max_new_tokens - len(o)) for d, o in zip(done, outs)]
-        t = {"draft": clock.now()}
-        drafts = bdraft.propose(seqs, ks, params, gens) if bdraft else [None] * B
-        t["verify"] = clock.now()
+        # a row drafts at most room − 1 tokens: the target's own token takes the last place
+        ks = [0 if d else min(k, max_new_tokens - len(o) - 1) for d, o in zip(done, outs)]
+        phase_start = {"draft": clock.now()}  # each phase's start time, then the step's end
+        drafts = batch_drafter.propose(seqs, ks, params, gens) if batch_drafter else [None] * B
+        phase_start["verify"] = clock.now()
         feed = [[] if done[r] else seqs[r][-1:] + (drafts[r].tokens.tolist() if drafts[r] else []) for r in range(B)]
         logits = lm.forward(feed)
-        t["accept"] = clock.now()
-        verdicts = [None if done[r] else accept[r].accept(drafts[r], logits[r, :len(feed[r])]) for r in range(B)]
-        t["commit"] = clock.now()
-        lm.cache.advance(torch.tensor((commit or ragged_commit)(verdicts)))
-        if bdraft:
-            bdraft.accept([0 if v is None else v.accepted for v in verdicts])
-        t["end"] = clock.now()
+        phase_start["accept"] = clock.now()
+        verdicts = [None if done[r] else (accept[r] if ks[r] else own[r]).accept(drafts[r], logits[r, :len(feed[r])])
+                    for r in range(B)]
+        phase_start["commit"] = clock.now()
+        lm.cache.advance(torch.tensor((commit_rule or ragged_commit)(verdicts)))
+        if batch_drafter:
+            batch_drafter.accept([0 if v is None else v.accepted for v in verdicts])
+        phase_start["end"] = clock.now()
         n_steps += 1
         slots += B * logits.shape[1]
         used += sum(map(len, feed))
         for r, v in enumerate(verdicts):
             if v is not None:
-                _emit(stats[r], v, drafts[r], outs[r], seqs[r], done, r, max_new_tokens, eos, t, t0)
+                _emit(stats[r], v, drafts[r], outs[r], seqs[r], done, r, max_new_tokens, eos, phase_start, t0)
     wall = clock.now() - t0
     total = sum(map(len, outs))
     return BatchResult([Result(o, s) for o, s in zip(outs, stats)],
@@ -133,14 +145,14 @@ def ragged_commit(verdicts: list[Verdict | None]) -> list[int]:
 
 
 def _emit(stats: Stats, v: Verdict, draft, out: list[int], seq: list[int], done: list[bool], r: int,
-          max_new_tokens: int, eos: set[int], t: dict, t0: float) -> None:
+          max_new_tokens: int, eos: set[int], phase_start: dict, t0: float) -> None:
     """Row r's commit bookkeeping: cut at EOS/budget, the record, the phase times it waited through."""
     new, done[r] = cut(v.tokens, max_new_tokens - len(out), eos)
     out += new
     seq += new
-    stats.record_step(v.proposed, v.accepted, v.drafted, v.tv_alpha, draft.passes if draft is not None else 0)
+    stats.record_step(v.proposed, v.accepted, v.drafted, v.accept_probs, draft.passes if draft is not None else 0)
     stats.new_tokens = len(out)
     for a, b in (("draft", "verify"), ("verify", "accept"), ("accept", "commit"), ("commit", "end")):
-        setattr(stats, f"{a}_s", getattr(stats, f"{a}_s") + t[b] - t[a])
-    stats.token_times += [t["end"] - t0] * len(new)
-    stats.decode_s = t["end"] - t0 - stats.prefill_s
+        setattr(stats, f"{a}_s", getattr(stats, f"{a}_s") + phase_start[b] - phase_start[a])
+    stats.token_times += [phase_start["end"] - t0] * len(new)
+    stats.decode_s = phase_start["end"] - t0 - stats.prefill_s

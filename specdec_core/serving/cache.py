@@ -48,8 +48,8 @@ class _BatchSlab(_SlabLayer):
         self.values.scatter_(2, idx, value_states)
         return self.keys[:, :, :end], self.values[:, :, :end]
 
-    def get_mask_sizes(self, query) -> tuple[int, int]:  # transformers 4.x: cache_position [T]; 5.x: T
-        return int(self.owner.lengths.max()) + (query if isinstance(query, int) else query.shape[0]), 0
+    def get_mask_sizes(self, query) -> tuple[int, int]:  # transformers 4.x: cache_position ([B, T] here); 5.x: T
+        return int(self.owner.lengths.max()) + (query if isinstance(query, int) else query.shape[-1]), 0
 
     def get_seq_length(self) -> int:
         return int(self.owner.lengths.max())
@@ -105,12 +105,12 @@ class BatchKVCache(Cache):
             raise ValueError(f"cannot roll back rows by {n.tolist()} (lengths {self.lengths.tolist()})")
         self.lengths -= n
 
-    def keep(self, rows: torch.Tensor) -> None:
+    def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` (cache row indices, in the order given): one gather per layer, a copy of what they
         hold. Later passes take ``len(rows)`` rows; row i of the new cache is row ``rows[i]`` of the old."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.lengths.device)
         if rows.ndim != 1 or rows.numel() == 0 or bool((rows < 0).any() | (rows >= self.batch).any()):
-            raise ValueError(f"keep takes a non-empty list of row indices in [0, {self.batch}), got {rows.tolist()}")
+            raise ValueError(f"select_rows takes a non-empty list of row indices in [0, {self.batch}), got {rows.tolist()}")
         for layer in self.layers:
             layer.keys, layer.values = layer.keys[rows], layer.values[rows]
         self.lengths = self.lengths[rows]
@@ -172,26 +172,26 @@ class BatchLM:
 
     MAX_PADDING = 0.25  # the share of padding above which :meth:`prefill` prefills row by row
 
-    def __init__(self, model, batch: int, capacity: int, steps: str = "eager"):
+    def __init__(self, model, batch: int, capacity: int, step_mode: str = "eager"):
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self.graphs = StepGraphs(steps, self.device)
-        self.steps = steps  # how the passes after the prefill run (specdec_core.graphs)
+        self.step_graphs = StepGraphs(step_mode, self.device)
+        self.step_mode = step_mode  # how the passes after the prefill run (specdec_core.graphs)
         self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
         self._inputs: dict[tuple, StepInputs] = {}
-        self._slab = self.cache.layers[0].keys  # the slab the captured steps write (cache.keep gathers new ones)
+        self._slab = self.cache.layers[0].keys  # the slab captured steps write (select_rows gathers new ones)
         _register_gqa_sdpa()
 
     @torch.inference_mode()
-    def _pass(self, ids: torch.Tensor, keep_last: int = 0, **model_kwargs) -> torch.Tensor:
+    def _pass(self, ids: torch.Tensor, logits_to_keep: int = 0, **model_kwargs) -> torch.Tensor:
         T = ids.shape[1]
-        pos = (self.cache.lengths - self.cache.starts)[:, None] + torch.arange(T, device=self.device)
+        slots, _ = self.cache.write_index(T)  # [B, T]: what the pass writes, also its cache_position (_static_pass)
+        pos = (slots - self.cache.starts[:, None]).clamp_min(0)
         with grouped_query_attention(self.model):
-            out = self.model(input_ids=ids.to(self.device), position_ids=pos.clamp_min(0),
-                             cache_position=torch.arange(T, device=self.device),
+            out = self.model(input_ids=ids.to(self.device), position_ids=pos, cache_position=slots,
                              attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
-                             logits_to_keep=keep_last, **model_kwargs)
+                             logits_to_keep=logits_to_keep, **model_kwargs)
         return out.logits
 
     @torch.inference_mode()
@@ -200,8 +200,8 @@ class BatchLM:
         eager pass's positions and mask (every slot past its window blocked), attention over the whole slab."""
         B, T = ids.shape
         self.cache.write_index(T)  # refuses a pass past the capacity, as the eager pass does
-        if self.cache.layers[0].keys is not self._slab:  # cache.keep gathered new slabs: forget the old captures
-            self.graphs.clear()
+        if self.cache.layers[0].keys is not self._slab:  # cache.select_rows gathered new slabs: forget the old captures
+            self.step_graphs.clear()
             self._inputs.clear()
             self._slab = self.cache.layers[0].keys
         key = (B, T, *sorted(model_kwargs.items()))
@@ -216,40 +216,48 @@ class BatchLM:
         x.mask.copy_(self.cache.mask(T, self.dtype, end=self.cache.capacity))
         self.cache.slots = x.slots
         try:
-            return self.graphs.run(key, lambda: self._static_pass(x, **model_kwargs))
+            return self.step_graphs.run(key, lambda: self._static_pass(x, **model_kwargs))
         finally:
             self.cache.slots = None
 
     def _static_pass(self, x: StepInputs, **model_kwargs) -> torch.Tensor:
-        """What a capture records: the model's forward over the buffers ``x``."""
-        cache_position = torch.arange(x.ids.shape[1], device=self.device)
+        """What a capture records: the model's forward over the buffers ``x``.
+
+        ``cache_position`` is the slots the cache writes, row by row (``x.slots [B, T]``; the eager pass passes the
+        same): transformers documents a 1-D ``[T]`` for one sequence, and no 1-D tensor names every row's slots when
+        rows have different lengths. transformers (4.57's Llama-family forward) reads it in three places, none of
+        which needs it 1-D here: the default position ids (``position_ids`` is given), the mask (a given 4D mask is
+        used as it is) and each layer's cache write (this cache writes at these slots, :meth:`BatchKVCache.write_index`,
+        and reads no ``cache_kwargs``)."""
         with grouped_query_attention(self.model):
-            out = self.model(input_ids=x.ids, position_ids=x.positions, cache_position=cache_position,
+            out = self.model(input_ids=x.ids, position_ids=x.positions, cache_position=x.slots,
                              attention_mask=x.mask, past_key_values=self.cache, use_cache=True, **model_kwargs)
         return out.logits
 
-    def prefill(self, rows: list[list[int]], keep_last: int = 1, uncommitted_tail: int = 0, **model_kwargs):
+    def prefill(self, rows: list[list[int]], logits_to_keep: int = 1, uncommitted_tail: int = 0, **model_kwargs):
         """The first pass: rows left-padded to a common length (their last tokens aligned), the last
-        ``keep_last`` rows of logits returned ``[B, keep_last, V]``; all but ``uncommitted_tail`` tokens commit.
+        ``logits_to_keep`` rows of logits returned ``[B, logits_to_keep, V]``; all but ``uncommitted_tail`` tokens
+        commit.
 
         When padding would exceed :attr:`MAX_PADDING` of the padded pass's tokens, each row is instead prefilled
         alone (a single-sequence pass, exactly the one ``generate`` makes) and its keys and values are copied
         into its slots: B short passes cost less than one pass that is mostly padding."""
-        if keep_last < 1 or keep_last > min(map(len, rows)):
-            raise ValueError(f"prefill returns the last keep_last = {keep_last} logits of every row: at least 1 and "
-                             f"at most the shortest row's {min(map(len, rows))} tokens")
+        if logits_to_keep < 1 or logits_to_keep > min(map(len, rows)):
+            raise ValueError(f"prefill returns the last logits_to_keep = {logits_to_keep} logits of every row: at "
+                             f"least 1 and at most the shortest row's {min(map(len, rows))} tokens")
         T = max(len(r) for r in rows)
         starts = [T - len(r) for r in rows]
         self.cache.reset(torch.tensor(starts))
         if sum(starts) <= self.MAX_PADDING * T * len(rows):
             ids = torch.tensor([[0] * s + list(r) for s, r in zip(starts, rows)], dtype=torch.long)
-            logits = self._pass(ids, keep_last, **model_kwargs)
+            logits = self._pass(ids, logits_to_keep, **model_kwargs)
         else:
             one = CachedLM(self.model, T)  # each row alone, then copied into its slots
             out = []
             for r, (s, row) in enumerate(zip(starts, rows)):
                 one.cache.reset()
-                out.append(one.forward(torch.tensor(row, dtype=torch.long), keep_last=keep_last, **model_kwargs))
+                out.append(one.forward(torch.tensor(row, dtype=torch.long), logits_to_keep=logits_to_keep,
+                                       **model_kwargs))
                 for dst, src in zip(self.cache.layers, one.cache.layers):
                     dst.keys[r, :, s:T] = src.keys[0, :, :len(row)]
                     dst.values[r, :, s:T] = src.values[0, :, :len(row)]
@@ -262,7 +270,7 @@ class BatchLM:
         of them (default none: the caller advances or rolls back after reading the logits ``[B, T, V]``)."""
         T = max(1, max(len(r) for r in rows))
         ids = torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.long)
-        if self.steps != "eager" and T <= MAX_STEP:
+        if self.step_mode != "eager" and T <= MAX_STEP:
             logits = self._step(ids, **model_kwargs)
         else:
             logits = self._pass(ids, 0, **model_kwargs)

@@ -17,7 +17,7 @@ from .cache import BatchLM
 class BatchNGram:
     """Prompt lookup per row: no model, nothing to batch."""
 
-    def __init__(self, drafter: NGramDrafter, target, batch: int, capacity: int, steps: str = "eager"):
+    def __init__(self, drafter: NGramDrafter, target, batch: int, capacity: int, step_mode: str = "eager"):
         self.drafter = drafter
 
     def propose(self, contexts, ks, params, generators):
@@ -27,7 +27,7 @@ class BatchNGram:
         pass
 
 
-class _Cached:
+class BatchDraftCache:
     """A batched draft model's cache bookkeeping: what each row's draft has seen, and rolling back to it."""
 
     lm: BatchLM
@@ -46,11 +46,11 @@ class _Cached:
         self.lm.cache.rollback((have - keep).clamp_min(0))
 
 
-class BatchModel(_Cached):
+class BatchModel(BatchDraftCache):
     """An autoregressive draft model over the batch: one pass per draft position for all rows."""
 
-    def __init__(self, drafter: ModelDrafter, target, batch: int, capacity: int, steps: str = "eager"):
-        self.lm = BatchLM(drafter.model, batch, capacity, steps)
+    def __init__(self, drafter: ModelDrafter, target, batch: int, capacity: int, step_mode: str = "eager"):
+        self.lm = BatchLM(drafter.model, batch, capacity, step_mode)
         self.fresh = True
 
     def propose(self, contexts, ks, params, generators):
@@ -76,14 +76,14 @@ class BatchModel(_Cached):
                 for t, q in zip(tokens, laws)]
 
 
-class BatchBlock(_Cached):
+class BatchBlock(BatchDraftCache):
     """The block draft over the batch: every row's K tokens from one pass (K − 1 masks after each row's
     unseen tokens). Row r uses the first ``ks[r]`` laws: causal attention makes them independent of the
     masks after them, so they are the laws the single-sequence drafter would compute."""
 
-    def __init__(self, drafter: BlockDrafter, target, batch: int, capacity: int, steps: str = "eager"):
+    def __init__(self, drafter: BlockDrafter, target, batch: int, capacity: int, step_mode: str = "eager"):
         self.drafter = drafter
-        self.lm = BatchLM(drafter.model, batch, capacity + drafter.max_block, steps)  # masks go past the rows
+        self.lm = BatchLM(drafter.model, batch, capacity + drafter.max_block, step_mode)  # masks go past the rows
         self.fresh = True
 
     def propose(self, contexts, ks, params, generators):
@@ -94,7 +94,7 @@ class BatchBlock(_Cached):
         unseen = self.unseen(contexts)
         masks = self.drafter.mask_ids(k - 1)
         if self.fresh:
-            sub = self.lm.prefill([u + masks for u in unseen], keep_last=k, uncommitted_tail=k - 1, full_vocab=False)
+            sub = self.lm.prefill([u + masks for u in unseen], logits_to_keep=k, uncommitted_tail=k - 1, full_vocab=False)
             self.fresh = False
         else:
             rows = [u + masks if u else [] for u in unseen]
@@ -114,9 +114,10 @@ class BatchBlock(_Cached):
         return out
 
 
-def batched(drafter, target, batch: int, capacity: int, steps: str = "eager"):
-    """The batched form of a core drafter; ``steps``: how its passes after the prefill run (specdec_core.graphs)."""
+def batched(drafter, target, batch: int, capacity: int, step_mode: str = "eager"):
+    """The batched form of a core drafter; ``step_mode``: how its passes after the prefill run
+    (:mod:`specdec_core.graphs`)."""
     for kind, cls in ((BlockDrafter, BatchBlock), (ModelDrafter, BatchModel), (NGramDrafter, BatchNGram)):
         if isinstance(drafter, kind):
-            return cls(drafter, target, batch, capacity, steps)
+            return cls(drafter, target, batch, capacity, step_mode)
     raise ValueError(f"generate_batch has no batched form of {type(drafter).__name__} (model, n-gram and block drafters)")

@@ -357,7 +357,7 @@ class TimedDrafter(Drafter):
 
 
 # -- pooling runs that keep their steps ---------------------------------------------------------------
-def pooled_steps(runs: pd.DataFrame, by: list[str], means=("alpha_tv", "tau")) -> pd.DataFrame:
+def pooled_steps(runs: pd.DataFrame, by: list[str], means=("alpha_predicted", "tau")) -> pd.DataFrame:
     """One row per ``by`` group of runs that keep their steps (``accepted_lengths`` and ``proposed``, a list per run):
     ``alpha`` pooled over every step of the group (:func:`~specdec_core.record.acceptance_rate`), the mean of each
     column in ``means`` and ``n``, the number of runs."""

@@ -2,12 +2,14 @@
 
 gpt-fast's lesson (Llama-7B on an A100: 25.5 → 107 tokens/s): a small model's decode step is bound by kernel
 launches and Python, not by memory, until the step is captured whole. Capture needs every shape fixed. The library
-has that step (:mod:`specdec_core.graphs`, ``CachedLM(model, capacity, steps="static" | "graph")``, what
+has that step (:mod:`specdec_core.graphs`, ``CachedLM(model, capacity, step_mode="static" | "graph")``, what
 ``sd.generate(..., graphs=True)`` runs): the cache writes the T new entries at slots held in a device tensor and
 hands attention the *whole* slab ``[0, capacity)``, under an additive mask ``[1, 1, T, capacity]`` built from the
 slots (slot j is seen by query t iff ``j <= slot[t]``), so stale entries of rejected drafts are never read; ids,
 positions, slots and mask are input buffers, one set per T. :class:`StaticLM` is that ``CachedLM`` with the study's
-modes and a committed :meth:`~StaticLM.step`: ``T = 1`` for a decode step, ``T = K + 1`` for a verification.
+modes and a committed :meth:`~StaticLM.step`: ``T = 1`` for a decode step, ``T = K + 1`` for a verification. The
+committed GPU run (``data/reference/cuda-*/``) timed an earlier version of this step; this one, like the library's
+decoders with CUDA graphs, is not yet run on CUDA.
 
 Modes (:data:`MODES`): ``eager`` (the static step, not compiled), ``compile`` (``torch.compile``, Inductor:
 fused kernels, on CPU a C++ kernel per fused group), ``reduce-overhead`` (``torch.compile(mode="reduce-overhead")``:
@@ -40,7 +42,7 @@ class StaticLM(CachedLM):
             raise ValueError(f"unknown mode {mode!r}: use one of {MODES}")
         if mode == "graph" and next(model.parameters()).device.type != "cuda":
             raise ValueError("mode 'graph' captures a CUDA graph: it needs a CUDA model")
-        super().__init__(model, capacity, steps="graph" if mode == "graph" else "static", max_step=capacity)
+        super().__init__(model, capacity, step_mode="graph" if mode == "graph" else "static", max_step=capacity)
         self.mode = mode
         self.compiled = None
         if mode in ("compile", "reduce-overhead"):

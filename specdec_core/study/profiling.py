@@ -147,11 +147,11 @@ def at_context(lm, S: int) -> None:
 
 def pass_fn(lm, T: int, vocab: int | None = None, seed: int = 0) -> Callable[[], Any]:
     """A timed callable: one forward pass of ``lm`` over ``T`` tokens (seeded random ids, or ones if ``vocab``
-    is None) after its committed positions, committing nothing (``CachedLM.forward(commit=False)``): the
+    is None) after its committed positions, committing nothing (``CachedLM.forward(commit=0)``): the
     cache is the same before and after, so the callable can run any number of times."""
     toks = (torch.ones(T, dtype=torch.long) if vocab is None
             else torch.randint(0, vocab, (T,), generator=torch.Generator().manual_seed(seed)))
-    return lambda: lm.forward(toks, commit=False)
+    return lambda: lm.forward(toks, commit=0)
 
 
 def summarize(samples, by: str | list[str] = "name"):

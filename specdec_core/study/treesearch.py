@@ -40,14 +40,16 @@ def greedy_accept_lengths(tree: Tree, ranks: list[int]) -> list[int]:
     return out
 
 
-def replay_greedy(tree: Tree, ranks: list[int]) -> list[int]:
+def replay_greedy(tree: Tree, ranks: list[int], max_new_tokens: int | None = None) -> list[int]:
     """Accepted lengths of the steps greedy tree decoding takes on a text it produced (``ranks`` as in
     :func:`greedy_accept_lengths`, token 0 from the prefill): each step starts right after the previous
-    step's accepted tokens and the target's own one, and stops at the end of the text."""
+    step's accepted tokens and the target's own one, and stops at the end of the text. With the decode's
+    ``max_new_tokens``, a step with room for r more tokens drafts at most r − 1 deep, as the loop does."""
     lengths, s, steps = greedy_accept_lengths(tree, ranks), 0, []
     while s < len(ranks) - 1:
-        steps.append(lengths[s])
-        s += lengths[s] + 1
+        n = lengths[s] if max_new_tokens is None else min(lengths[s], max_new_tokens - (s + 1) - 1)
+        steps.append(n)
+        s += n + 1
     return steps
 
 

@@ -219,7 +219,7 @@ def cache_checks(pair, device) -> list[dict]:
     L, tree = lm.length, Tree.of([(0,), (1,)])  # root, two children at depth 1
     nodes = extra[:3]
     lm.forward(nodes, positions=L + tree.depths, mask=tree.bias(L, lm.dtype, lm.device))
-    lm.cache.keep([L, L + 2], start=L)
+    lm.cache.retain([L, L + 2], start=L)
     got = lm.forward(extra[3:4])[-1]
     seq = prompt.tolist() + [int(nodes[0]), int(nodes[2]), int(extra[3])]
     rows.append(dict(check="compaction", rel_error=_relerr(got, fresh(seq)), length=lm.length))

@@ -81,7 +81,7 @@ def teacher_batch(target, prompts: list[torch.Tensor], max_new_tokens: int, temp
         if not live or step == max_new_tokens - 1:
             break
         if len(live) < compact_below * len(rows):  # drop finished rows: later passes cost only what answers
-            lm.cache.keep(torch.tensor(live))
+            lm.cache.select_rows(torch.tensor(live))
             rows, live = [rows[i] for i in live], list(range(len(live)))
         going = set(live)
         fed = [[out[r][-1]] if i in going else [] for i, r in enumerate(rows)]
