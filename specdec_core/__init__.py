@@ -27,6 +27,7 @@ from .data import prompts  # noqa: E402
 from .data.prompts import TASKS, Prompt, load_prompts  # noqa: E402
 from .decode import METHODS, generate, stream  # noqa: E402
 from .drafters import BlockDrafter, Draft, Drafter, ModelDrafter, NGramDrafter  # noqa: E402
+from .adaptive.suffix import SuffixDrafter  # noqa: E402
 from .kvcache import KVCache  # noqa: E402
 from .models import CorruptModelCache, Pair, load_pair, toy_pair  # noqa: E402
 from .record import Result, Stats  # noqa: E402
@@ -34,5 +35,5 @@ from .sampling import SamplingParams, process_logits  # noqa: E402
 from .serving import BatchResult, generate_batch  # noqa: E402
 
 __all__ = ["generate", "stream", "generate_batch", "BatchResult", "load_pair", "toy_pair", "Pair", "Result", "Stats",
-           "KVCache", "Drafter", "Draft", "ModelDrafter", "NGramDrafter", "BlockDrafter", "SamplingParams",
+           "KVCache", "Drafter", "Draft", "ModelDrafter", "NGramDrafter", "SuffixDrafter", "BlockDrafter", "SamplingParams",
            "process_logits", "sampling", "verify", "tree", "CorruptModelCache", "METHODS", "prompts", "load_prompts", "Prompt", "TASKS"]

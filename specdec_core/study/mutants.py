@@ -20,6 +20,8 @@ Some bugs are harmless when written literally, so each is given the form it take
 - **Medusa-style typical acceptance** (:func:`typical_acceptance`): accept x if p(x) > min(ε, δ·e^{−H(p)}).
 - **q from raw logits while sampling from processed ones** (:class:`RawLogitsQ`, a drafter wrapper;
   transformers issues #32867, #47932).
+- **a deterministic draft reporting the law it was ranked by** (:class:`SuffixFrequencyQ`): the suffix drafter's
+  empirical continuation frequencies as q, instead of the one-hot on the token it chose.
 
 Notation: p = target law, q = draft law.
 """
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import torch
 
+from ..adaptive.suffix import SuffixDrafter
 from ..drafters import Draft, Drafter, ModelDrafter
 from ..lm import CachedLM
 from ..sampling import PROB_DTYPE, choose, process_logits, sample
+from ..tree import Tree, TreeDraft
 from ..verify import residual as _residual, speculative_sample
 
 
@@ -198,14 +202,14 @@ class RawLogitsQ(ModelDrafter):
     def propose(self, context, k, params, generator):
         lm = self.lm
         self._base = len(context)
-        logits = lm.forward(torch.tensor(context[lm.length:], dtype=torch.long), last_only=True)[-1]
+        logits = lm.forward(torch.tensor(context[lm.length:], dtype=torch.long), logits_to_keep=1)[-1]
         tokens, qs = [], []
         for i in range(k):
             t, _ = choose(logits, params, generator)  # sampled from the processed law ...
             tokens.append(t)
             qs.append(torch.softmax(logits.to(PROB_DTYPE), -1))  # ... but q reported from raw logits
             if i + 1 < k:
-                logits = lm.forward(torch.tensor([t]), last_only=True)[-1]
+                logits = lm.forward(torch.tensor([t]), logits_to_keep=1)[-1]
         q = None if params.greedy else torch.stack(qs)
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
 
@@ -270,7 +274,7 @@ class PeekingChooser(PeekingStop):
         if params.greedy:
             return d
         lm = CachedLM(self.target, len(context))
-        p = process_logits(lm.forward(torch.tensor(context, dtype=torch.long), last_only=True)[-1], params)
+        p = process_logits(lm.forward(torch.tensor(context, dtype=torch.long), logits_to_keep=1)[-1], params)
         x = int(d.tokens[0])
         look = self.ngram.propose(context, k, params, generator)
         if p[x] < d.q[0, x] and look.tokens.numel():
@@ -279,13 +283,58 @@ class PeekingChooser(PeekingStop):
         return d
 
 
+class SuffixFrequencyQ(SuffixDrafter):
+    """MUTANT drafter: a suffix drafter that reports as each token's q the empirical law of the trie node it
+    continues (that node's children's counts, normalized) instead of the one-hot on the token it chose.
+
+    The token is the most frequent continuation, chosen deterministically: the law it was drawn from is the one-hot;
+    the frequencies are only what it was ranked by. Lossy wherever the node has more than one continuation: the
+    verifier accepts x with probability min(1, p(x)/q(x)) > p(x) and, at a rejection, resamples max(p − q, 0),
+    which takes mass from the other continuations too. Trees: every sibling reports its parent's frequencies."""
+
+    name = "suffix-frequency-q"
+
+    def frequencies(self, node) -> torch.Tensor:
+        """``[V]`` float64: the continuations of trie node ``node``, by count."""
+        q = torch.zeros(self.vocab_size, dtype=PROB_DTYPE)
+        total = sum(c.count for c in node.children.values())
+        for t, c in node.children.items():
+            q[t] = c.count / total
+        return q
+
+    def _laws(self, parents) -> torch.Tensor:
+        rows = [self.frequencies(u) for u in parents]
+        return torch.stack(rows) if rows else torch.zeros(0, self.vocab_size, dtype=PROB_DTYPE)
+
+    def propose(self, context, k, params, generator, confidence=None):
+        start, nodes, _ = self.chain(context, k)
+        toks = torch.tensor([c.token for c in nodes], dtype=torch.long)
+        parents = [start] + nodes[:-1] if nodes else []
+        return Draft(toks, None if params.greedy else self._laws(parents), passes=0)
+
+    def propose_tree(self, context, shape, k, params, generator, confidence=None):
+        start, nodes = self.token_tree(context, shape, k)
+        tree = Tree.of(list(nodes))
+        toks = torch.tensor([nodes[p].token for p in tree.paths], dtype=torch.long)
+        q = None if params.greedy else self._laws([nodes[p[:-1]] if len(p) > 1 else start for p in tree.paths])
+        return TreeDraft(tree, toks, q, passes=0)
+
+
 __all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "PeekingChooser",
-                         "speculative_sample", "batch_smallest_commit"]
+                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit"]
 
 
 def batch_smallest_commit(verdicts):
-    """MUTANT batch commit (for ``generate_batch(..., commit=...)``): every row's cache keeps the batch's
+    """MUTANT batch commit (for ``generate_batch(..., commit_rule=...)``): every row's cache keeps the batch's
     smallest accepted length + 1, the bookkeeping of a batch that rolls back in lockstep while each row
     still emits its own tokens. Caught by greedy identity and by the batched law test."""
     live = [v.accepted for v in verdicts if v is not None]
     return [0 if v is None else min(live) + 1 for v in verdicts]
+
+
+def accept_untested(draft_tokens, draft_probs, target_probs, generator):
+    """MUTANT: every draft token accepted without a test against p (a predicted output taken on trust), then the
+    target's own token from p after them. Lossy whenever a draft token is not the target's choice."""
+    K = len(draft_tokens)
+    last = int(sample(target_probs[K], generator))
+    return torch.cat([draft_tokens, torch.tensor([last], dtype=torch.long)]), K
