@@ -78,6 +78,7 @@ interval_confidence = 0.99  # confidence of the binomial intervals the acceptanc
 second_level = 0.05         # the calibration checks this nominal level beside alpha
 min_calibration_runs = 200  # the calibration needs at least this many runs of each source
 min_power_reps = 10         # from this many mutant_reps on, the analytic power must reach power_target too
+power_goal = 0.8            # the power a non-rejection should have against each named control at its Holm level
 # negative controls (specdec_core.study.mutants.CONTROLS)
 mutants = ["residual_from_p", "no_bonus", "bonus_wrong_row", "raw_logits_q", "no_min_residual",
            "accept_with_p", "typical_acceptance", "no_bonus_literal", "no_min_literal"]
@@ -101,13 +102,15 @@ greedy_real_len = 32
 near_tie = 1e-3              # float32: a divergence is excused only where the top-2 logits differ by less
 # section 8, auditing any decoder: transformers' generate, assisted generation and prompt lookup beside ours
 audit_settings = [{"name": "T=1", "temperature": 1.0},
-                  {"name": "T=0.7, top-k=50", "temperature": 0.7, "top_k": 50},
+                  {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4},  # a top-k that cuts V = 8
                   {"name": "top-p=0.9", "temperature": 1.0, "top_p": 0.9}]
-audit_len = 2                # tokens per audited continuation (the first one the accept/reject rule decides is the 2nd)
+audit_prompt = [4, 3, 1, 4, 7]  # sections 2–5's: a repeated 4, so prompt lookup drafts within 3 tokens
+audit_len = 3                # with k = 2: a step's drafts and its bonus, or a rollback and the next step, fit inside
 audit_k = 2                  # draft length of every speculative decoder audited
 audit_n = 400                # toy pair: continuations per (decoder, setting)
 audit_real_n = 100           # embedded target: continuations per (decoder, setting), and of the target's reference
 audit_calibration = 1000     # simulated families under the exact law: the audit's false-positive rate
+audit_real_mutant = "residual from p"  # the negative control run on the embedded target too (its power there)
 
 # %%
 import time
@@ -288,21 +291,24 @@ ax.legend(fontsize=8, loc="lower left")
 fig.tight_layout()
 ch.savefig(fig, "gof_family_pvalues")
 family_ok = bool((family.p_holm > alpha).all())
-print(f"family of {len(family)} tests: smallest p = {family.pvalue.min():.3g}; smallest Holm-adjusted p: "
-      + ex.p_verdict(family.p_holm.min(), alpha, borderline_factor, passed="no rejection", rejected="REJECTED"))
+print(f"family of {len(family)} tests of N = {n_family}: smallest p = {family.pvalue.min():.3g}; smallest "
+      f"Holm-adjusted p = {family.p_holm.min():.3g} " + ("above" if family_ok else "AT OR BELOW") + f" α = {alpha}. "
+      "What a non-rejection of this size could see (its power against each negative control, at Holm's strictest "
+      "level) is computed in section 5, where the controls measure their divergence.")
 assert family_ok, family[family.p_holm <= alpha]
 
 # %% [markdown]
 # **α against measured acceptance, in the loop.** With one-token drafts every linear step accepts with
-# probability α_i = Σ min(p_i, q_i), which the loop records (`stats["tv_alpha"]`); the standardized sum
+# probability α_i = Σ min(p_i, q_i), which the loop records (`stats["accept_probs"]`); the standardized sum
 # of (accepted − α_i) must look like N(0, 1).
 
 # %%
 acc = family[family.acceptance_z.notna()][["spec", "setting", "k", "acceptance", "predicted_alpha", "acceptance_z"]]
 ch.save(acc, "acceptance_vs_alpha")
 print(acc.round(4).to_string(index=False))
-print("(with k = 1 a confidence stop has nothing to stop: at least one token is always drafted, so the @θ rows repeat "
-      "their drafter's fixed-K rows exactly)" if (acc.spec.str.contains("@") & (acc.k == 1)).any() else "")
+if any("@" in s_ for s_ in run_specs):
+    print("(the family runs a confidence stop (@θ) only at k > 1: with one drafted token it has nothing to stop, and "
+          "its run would repeat its drafter's fixed-k run token for token)")
 z_crit = stats.norm.isf(alpha / 2 / max(len(acc), 1))
 acc_p = None
 if len(acc):  # the same check as two-sided p-values against Bonferroni's α/m
@@ -334,8 +340,10 @@ exact_cells = ex.cell_index(exact_all.tokens, V).reshape(exact_reps, exact_n)
 print(f"{exact_reps} × {exact_n} continuations of the exact sampler in {time.perf_counter() - t0:.0f} s")
 pooled_counts = np.bincount(exact_cells.ravel(), minlength=V ** exact_len)
 bound = ex.tv_upper_bound(pooled_counts, exact_law, 0.95, min_expected)
-print(f"N = {bound.N}: TV(Q, p) ≤ {bound.tv_upper:.4f} with 95% confidence "
-      f"(pooled law ≤ {bound.pooled_upper:.4f}, pooled p-mass {bound.rare_mass:.4f}, mass outside support ≤ {bound.zero_upper:.5f})")
+tv_sampler = f"{exact_spec} (k = 1), {exact_setting['name']}, continuations of {exact_len} tokens"
+print(f"{tv_sampler}, N = {bound.N}: TV(Q, p) ≤ {bound.tv_upper:.4f} with 95% confidence, margin ε = {epsilon} "
+      f"(pooled law ≤ {bound.pooled_upper:.4f}, pooled p-mass {bound.rare_mass:.4f}, mass outside support ≤ {bound.zero_upper:.5f}); "
+      "the bound holds for this sampler and setting only")
 
 grid = np.unique(np.geomspace(max(50, exact_n), bound.N, 12).astype(int))
 curve = pd.DataFrame([dict(N=int(m), bound=ex.tv_upper_bound(np.bincount(exact_cells.ravel()[:m], minlength=V ** exact_len),
@@ -523,7 +531,7 @@ assert not harmless.caught.any(), f"a harmless literal form was rejected: {list(
 # past α each control's single run above landed.
 
 # %%
-pw_rows = []
+pw_rows, rep_counts = [], {}  # rep_counts: each control's samples pooled over its repetitions
 t0 = time.perf_counter()
 if not mutant_reps:
     print("mutant_reps = 0: power by repetition is estimated in the full run (book/params/full.yaml)")
@@ -538,6 +546,7 @@ for name in (lossy.mutant if mutant_reps else []):
         pooled += s.counts(V)
         imp += g.impossible
     pvals = np.array(pvals)
+    rep_counts[name] = pooled
     labels, _ = ex.pool_cells(law, n_mutant, min_expected)
     keep = labels >= 0
     f = np.bincount(labels[keep], weights=pooled[keep]) / pooled.sum()
@@ -571,6 +580,38 @@ ch.savefig(fig, "mutants")
 assert (power_mut.caught == power_mut.reps).all(), power_mut[power_mut.caught < power_mut.reps]
 if mutant_reps >= min_power_reps:  # the full run: the analytic power at the CI size must reach the target too
     assert (power_mut.analytic_power_with_impossible >= power_target).all(), power_mut
+
+# %% [markdown]
+# **What the family could see.** Section 2's family did not reject; what that says depends on its size. Each lossy
+# control's measured law (its run above, pooled with its repetitions when there are any) gives its χ²-divergence on
+# the bins a family test of N = `n_family` continuations uses in the control's setting (on p's support), and its rate
+# of samples where p = 0, any one of which rejects outright. The noncentral χ² then gives the power such a test has
+# against the control at Holm's strictest level, α / (family tests), and the N at which it would reach `power_goal`
+# (with the bins of N = `n_family`: finer bins at a larger N see at least this divergence).
+
+# %%
+fam_level = alpha / len(family)
+fp_rows = []
+for name in lossy.mutant:
+    law = ex.sequence_law(toy.target, prompt, seq_len, ex.setting_params(mu.CONTROLS[name]["setting"]))
+    counts = ctrl_samples[name].counts(V) + rep_counts.get(name, 0)
+    imp = float(counts[law == 0].sum() / counts.sum())
+    div = ex.chi2_divergence(np.where(law > 0, counts, 0), law, min_expected, bins_n=n_family)
+    df_f = max(ex.pooled_df(law, n_family, min_expected), 1)
+    fp_rows.append(dict(mutant=name, setting=mu.CONTROLS[name]["setting"]["name"], samples=int(counts.sum()),
+                        N=n_family, df=df_f, level=fam_level, divergence=div, impossible_rate=imp,
+                        power=ex.power_against(div, n_family, df_f, fam_level, imp),
+                        N_for_goal=ex.samples_for_power(div, df_f, fam_level, power_goal, imp)))
+family_power = pd.DataFrame(fp_rows).sort_values("power", ignore_index=True)
+ch.save(family_power, "family_power")
+print(family_power.to_string(index=False, float_format="{:.3g}".format))
+weak = family_power.iloc[0]
+family_verdict = ex.power_phrase(weak.power, weak.mutant, weak.divergence, n_family, fam_level)
+family_goal = (f"at or above the goal {power_goal} against every control" if weak.power >= power_goal else
+               f"below the goal {power_goal}: N = {weak.N_for_goal:.0f} continuations per test would reach it against "
+               f"{weak.mutant}")
+print(f"the family ({len(family)} tests, smallest Holm-adjusted p {family.p_holm.min():.3g}): {family_verdict}; "
+      f"{family_goal}.")
 
 # %% [markdown]
 # ## 6 · The embedded target
@@ -640,7 +681,9 @@ real_min = real_df.loc[real_df.p_holm.idxmin()] if len(real_df) else None
 if real_min is not None:
     print(f"smallest Holm-adjusted p of the {len(real_df)} checks ({real_min.check}, {real_min.spec}"
           + (f", position {real_min.position}" if real_min.position else "") + "): "
-          + ex.p_verdict(real_min.p_holm, alpha, borderline_factor, passed="no rejection", rejected="REJECTED"))
+          + ex.p_verdict(real_min.p_holm, alpha, borderline_factor, passed="no rejection", rejected="REJECTED")
+          + "; power not computed here: no control runs in this section (section 8 states the power of the same "
+          "two-sample test against one on this pair)")
 assert len(real_df) and (real_df.p_holm > alpha).all(), real_df[real_df.p_holm <= alpha]
 # position 1 is sampled from the target's prefill logits, the same way by every method: the claim is about the
 # positions after it, which the accept/reject rule decides, so every method must have been tested at one of them
@@ -697,28 +740,45 @@ assert toy_ok and real_ok, greedy[~greedy.equal]
 # family of (decoder, setting) rows, so a family of correct decoders fails with probability at most α, which a
 # simulation under the exact law checks. Audited: transformers' `generate` (the control: it does not speculate),
 # assisted generation with the toy draft as its assistant and prompt lookup, beside this library's linear, tree and
-# parallel decoders, at temperature 1, at `generate()`'s default top-k of 50 with temperature 0.7, and at top-p 0.9.
+# parallel decoders, at temperature 1, at temperature 0.7 with a top-k that cuts the toy's 8 tokens to 4, and at
+# top-p 0.9. Each continuation is `audit_len` tokens long with drafts of `audit_k`, so it holds a whole first step
+# (its drafts, then a rejection's residual or the bonus) and, after a rejection, the next step's tokens past the
+# rollback. The toy prompt holds a repeated token, so that prompt lookup finds a match and drafts once the first
+# token lands on one; the run counts the positions each of its verification passes feeds the target, and prints the
+# share of drafted tokens.
+#
 # Negative controls, which must fail: a sampler that emits the draft's tokens unverified, the residual drawn from p,
 # q reported from raw logits (harmless at temperature 1 without truncation; lossy wherever a temperature rescales
 # the draft's law, which is where it must be caught; under top-p alone it changes only the truncated tail's share,
-# shown but not counted), acceptance with probability p(x). Their χ²-divergences, measured in the same run, give each row's **power**: the probability that its test,
-# at Holm's strictest level and at this n, rejects the weakest of them.
+# a divergence the test may miss at this n: the row stays, with the power the test had against it), acceptance with
+# probability p(x). Their χ²-divergences, measured in the same run, give each decoder row's **power**: the
+# probability that its test, at Holm's strictest level and at this n, rejects each mutant of its setting; the row
+# names the weakest.
 
 # %%
 t0 = time.perf_counter()
-audit_prompt = prompt  # the toy prompt of sections 2–5
 mut_runners = {m: ex.mutant_runner(toy, m, audit_len, k=audit_k) for m in ex.AUDIT_MUTANTS}
 mut_table = ex.audit_family(mut_runners, toy, [audit_prompt], audit_settings, audit_n, audit_len,
                             seed=seed0 + 3 * 10**8, alpha=alpha)
 mut_table["lossy_here"] = [r.setting in ex.lossy_settings(r.runner, audit_settings) for r in mut_table.itertuples()]
-against = ex.weakest(mut_table[mut_table.lossy_here])
+mut_table["harmless"] = [r.setting in ex.harmless_settings(r.runner, audit_settings) for r in mut_table.itertuples()]
+# each mutant row's own power: its test (level α / rows of the mutants' table) against its measured divergence
+mut_table["power"] = [np.nan if r.harmless else ex.power_against(r.divergence, r.n, r.df, alpha / len(mut_table))
+                      for r in mut_table.itertuples()]  # a harmless row's divergence is noise: no power to state
+against = ex.divergences(mut_table[~mut_table.harmless])
 ours_specs = [s for s in ("linear:model", "tree:model", "parallel:block") if ex.unavailable(toy, s) is None]
 audit_runners = {f"specdec {s}": ex.library_runner(toy, s, audit_len, k=audit_k) for s in ours_specs}
 audit_runners.update(peers.audit_runners(toy, audit_len, k=audit_k))
+lookup, lookup_log = "transformers prompt lookup", []
+if lookup in audit_runners:
+    audit_runners[lookup] = ex.counting_runner(audit_runners[lookup], toy.target, lookup_log)
 toy_audit = ex.audit_family(audit_runners, toy, [audit_prompt], audit_settings, audit_n, audit_len,
                             seed=seed0 + 4 * 10**8, alpha=alpha, against=against)
+toy_audit["drafted"] = np.nan  # prompt lookup's drafted tokens per token emitted, row by row (the log's order)
+for i, ix in enumerate(toy_audit.index[toy_audit.runner == lookup]):
+    toy_audit.loc[ix, "drafted"] = ex.drafted_share(lookup_log[i * audit_n:(i + 1) * audit_n])["drafted"]
 calib = ex.calibrate_audit(toy, [audit_prompt], audit_settings, audit_n, rows_per_setting=len(audit_runners),
-                           reps=audit_calibration, alpha=alpha, seed=seed0)
+                           length=audit_len, reps=audit_calibration, alpha=alpha, seed=seed0)
 print(f"toy pair: {len(audit_runners)} decoders and {len(mut_runners)} mutants × {len(audit_settings)} settings × "
       f"{audit_n} continuations of {audit_len} tokens in {time.perf_counter() - t0:.0f} s")
 both = pd.concat([toy_audit.assign(kind="decoder"), mut_table.assign(kind="mutant")], ignore_index=True)
@@ -726,7 +786,18 @@ ch.save(both, "audit_toy")
 ch.save(pd.DataFrame([calib]), "audit_calibration")
 show = both.assign(verdict=np.where(both.passed, "pass", "FAIL"))
 display(show.pivot_table(index=["kind", "runner"], columns="setting", values="verdict", aggfunc="first", sort=False))
-display(report.shown(toy_audit.pivot_table(index="runner", columns="setting", values="power", sort=False)))
+print(f"power of each row's test at Holm's strictest level (decoders α/{len(toy_audit)}, mutants α/{len(mut_table)}), "
+      f"n = {audit_n}: a decoder row against the weakest mutant of its setting, a mutant row against its own measured "
+      "divergence")
+display(report.shown(both.pivot_table(index=["kind", "runner"], columns="setting", values="power", sort=False)))
+weakest_by_setting = toy_audit.drop_duplicates("setting")[["setting", "against", "against_divergence", "power"]]
+print("the weakest mutant of each setting: " + "; ".join(
+    f"{r.setting}: {r.against} (divergence {r.against_divergence:.3g}), power {r.power:.2f}"
+    for r in weakest_by_setting.itertuples()))
+if lookup_log:
+    share = ex.drafted_share(lookup_log)
+    print(f"{lookup}: {share['with_draft']:.0%} of its {share['continuations']} continuations drafted; drafted tokens "
+          f"per token emitted {share['drafted']:.2f}, accepted drafts per token emitted {share['accepted']:.2f}")
 fig, ax = plt.subplots(figsize=(8, 0.45 * both.runner.nunique() + 1.2))
 heat = both.assign(neglog=-np.log10(both.p_holm.clip(lower=1e-6))).pivot_table(
     index="runner", columns="setting", values="neglog", sort=False)
@@ -738,66 +809,95 @@ ch.savefig(fig, "audit_toy")
 
 # %% [markdown]
 # The same decoders on the embedded target (its sampled continuations as the reference; the draft as transformers'
-# assistant in its closest runnable form, `study.peers.hf_assistant`). A two-sample test of few samples: it catches
-# gross errors; the toy pair the subtle ones.
+# assistant in its closest runnable form, `study.peers.hf_assistant`), and one negative control, `audit_real_mutant`,
+# run there too. A two-sample test of few samples: its columns are the continuations common enough to expect
+# `min_expected` in each sample, so at this n it compares the modal continuation or two against the rest (df = 1 or
+# 2). Its power against the control uses the control's two-sample divergence (χ² against the pooled law, estimated
+# as (X² − df)·2/n): it catches gross errors; the toy pair the subtle ones.
 
 # %%
 t0 = time.perf_counter()
+real_refs = {}  # the target's own continuations, shared by the control and the decoders
+real_mut = ex.audit_family({audit_real_mutant: ex.mutant_runner(real, audit_real_mutant, audit_len, k=audit_k)}, real,
+                           [real_ids], audit_settings, audit_real_n, audit_len, seed=seed0 + 5 * 10**8, alpha=alpha,
+                           references=real_refs)
+real_mut["power"] = [ex.power_against(r.divergence, r.n / 2, r.df, alpha / len(real_mut)) for r in real_mut.itertuples()]
 real_specs = [s for s in ("linear:model", "tree:model", "parallel:block") if ex.unavailable(real, s) is None]
 real_runners = {f"specdec {s}": ex.library_runner(real, s, audit_len, k=audit_k) for s in real_specs}
 real_runners.update(peers.audit_runners(real, audit_len, k=audit_k))
 real_audit = ex.audit_family(real_runners, real, [real_ids], audit_settings, audit_real_n, audit_len,
-                             seed=seed0 + 5 * 10**8, alpha=alpha)
-print(f"{real_model}: {len(real_runners)} decoders × {len(audit_settings)} settings × {audit_real_n} continuations "
-      f"in {time.perf_counter() - t0:.0f} s")
-ch.save(real_audit, "audit_real")
-display(real_audit.assign(verdict=np.where(real_audit.passed, "pass", "FAIL")).pivot_table(
-    index="runner", columns="setting", values="verdict", aggfunc="first", sort=False))
+                             seed=seed0 + 5 * 10**8, alpha=alpha, against=ex.divergences(real_mut), references=real_refs)
+print(f"{real_model}: {len(real_runners)} decoders and 1 control × {len(audit_settings)} settings × {audit_real_n} "
+      f"continuations of {audit_len} tokens in {time.perf_counter() - t0:.0f} s")
+real_both = pd.concat([real_audit.assign(kind="decoder"), real_mut.assign(kind="mutant")], ignore_index=True)
+ch.save(real_both, "audit_real")
+display(real_both.assign(verdict=np.where(real_both.passed, "pass", "FAIL")).pivot_table(
+    index=["kind", "runner"], columns="setting", values="verdict", aggfunc="first", sort=False))
+print(f"degrees of freedom of the {len(real_audit)} decoder rows: {sorted(set(real_audit.df.astype(int)))}; power "
+      f"against {audit_real_mutant} by setting: " + "; ".join(
+          f"{r.setting} {r.power:.2f} (two-sample divergence {r.against_divergence:.3g})"
+          for r in real_audit.drop_duplicates("setting").itertuples()))
 
 # %%
 lossy_rows = mut_table[mut_table.lossy_here]
+weak_rows = mut_table[~mut_table.lossy_here & ~mut_table.harmless]  # lossy, not required to fail at this n
 failed_peers = pd.concat([toy_audit, real_audit])
 failed_peers = failed_peers[~failed_peers.passed]
 
 
 def smallest(table):
-    """The verdict of a family's smallest Holm-adjusted p, with the row it came from."""
+    """A family's smallest Holm-adjusted p against α, with the row it came from (the verdict words come with power)."""
     r = table.loc[table.p_holm.idxmin()]
-    return (ex.p_verdict(r.p_holm, alpha, borderline_factor, passed="no rejection", rejected="rejected")
-            + f", at {r.runner}, {r.setting}")
+    return f"{r.p_holm:.3g} ({'>' if r.p_holm >= alpha else '≤'} α = {alpha}), at {r.runner}, {r.setting}"
 
 
+def weakest_phrase(table, n_eff, level):
+    """The power phrase of a table's weakest row: its power against the mutant it names, and the n that reaches the
+    goal at that mutant's divergence."""
+    r = table.loc[table.power.idxmin()]
+    need = ex.samples_for_power(r.against_divergence, int(r.df), level, power_goal)
+    return (ex.power_phrase(r.power, f"{r.against} at {r.setting}", r.against_divergence, table.n.iloc[0], level)
+            + (f" (n ≈ {need * table.n.iloc[0] / n_eff:.0f} would reach {power_goal})" if need else ""))
+
+
+toy_level, real_level = alpha / len(toy_audit), alpha / len(real_audit)
+audit_toy_verdict = weakest_phrase(toy_audit, audit_n, toy_level)
+audit_real_verdict = weakest_phrase(real_audit, audit_real_n / 2, real_level)
 audit_border = pd.concat([toy_audit, real_audit, lossy_rows])
 audit_border = audit_border[[ex.borderline(p_, alpha, borderline_factor) for p_ in audit_border.p_holm]]
-lines = [f"- **Decoders, toy pair (exact law)**: {int(toy_audit.passed.sum())} of {len(toy_audit)} (decoder, setting) "
-         f"rows pass at family-wise α = {alpha} (n = {audit_n}); smallest Holm-adjusted p: {smallest(toy_audit)}.",
-         f"- **Decoders, {real_model} (two-sample, n = {audit_real_n})**: {int(real_audit.passed.sum())} of "
-         f"{len(real_audit)} rows pass; smallest Holm-adjusted p: {smallest(real_audit)}.",
+lines = [f"- **Decoders, toy pair (exact law, n = {audit_n}, continuations of {audit_len} tokens)**: "
+         f"{int(toy_audit.passed.sum())} of {len(toy_audit)} (decoder, setting) rows pass at family-wise α = {alpha}; "
+         f"smallest Holm-adjusted p {smallest(toy_audit)}; the weakest row: {audit_toy_verdict}.",
+         f"- **Decoders, {real_model} (two-sample gross-error check, n = {audit_real_n}, df "
+         f"{'–'.join(map(str, sorted({int(real_audit.df.min()), int(real_audit.df.max())})))})**: "
+         f"{int(real_audit.passed.sum())} of {len(real_audit)} rows pass; smallest Holm-adjusted p "
+         f"{smallest(real_audit)}; the weakest row: {audit_real_verdict}. These rows are not counted with the toy "
+         "rows: they compare the modal continuation against the rest.",
          f"- **Borderline rows** (Holm-adjusted p within a factor of {borderline_factor:g} of α): "
          + ("; ".join(f"{r.runner}, {r.setting}: " + ex.p_verdict(r.p_holm, alpha, borderline_factor)
                       for r in audit_border.itertuples()) if len(audit_border) else "none") + ".",
-         f"- **Negative controls**: {int((~lossy_rows.passed).sum())} of {len(lossy_rows)} (mutant, setting) rows where the "
-         f"bug must be caught fail; raw-logits q where no temperature rescales the law (harmless at T = 1, lossy under "
-         f"top-p only through the truncated tail) "
-         + (f"passes in {int(mut_table[~mut_table.lossy_here].passed.sum())} of {int((~mut_table.lossy_here).sum())} "
-            "rows (χ²-divergence " + ", ".join(f"{r.setting} {r.divergence:.4f}" for r in
-                                               mut_table[~mut_table.lossy_here].itertuples()) + ")."
-            if (~mut_table.lossy_here).any() else "does not occur in these settings."),
-         f"- **Power**: against the weakest lossy mutant of each setting (χ²-divergence "
-         + ", ".join(f"{k} {v:.3f}" for k, v in against.items()) + f"), each row's test at Holm's strictest level "
-         f"rejects with probability {toy_audit.power.min():.3f}–{toy_audit.power.max():.3f} at n = {audit_n}.",
+         f"- **Negative controls**: {int((~lossy_rows.passed).sum())} of {len(lossy_rows)} (mutant, setting) rows where "
+         "the bug must be caught fail; lossy rows not required to fail at this n: "
+         + ("; ".join(f"{r.runner}, {r.setting}: {'caught' if not r.passed else 'not caught'} (χ²-divergence "
+                      f"{r.divergence:.4f}, power {r.power:.2f})" for r in weak_rows.itertuples())
+            if len(weak_rows) else "none")
+         + f"; {audit_real_mutant} on {real_model}: {int((~real_mut.passed).sum())} of {len(real_mut)} rows caught "
+         f"(power " + ", ".join(f"{p_:.2f}" for p_ in real_mut.power) + ").",
+         f"- **Prompt lookup drafts** on the toy prompt: drafted tokens per token emitted "
+         + ", ".join(f"{r.setting} {r.drafted:.2f}" for r in toy_audit[toy_audit.runner == lookup].itertuples()) + ".",
          f"- **False-positive rate of the family** ({calib['rows']} rows) by {calib['reps']} simulations under the exact "
          f"law: {calib['rate']:.3f} (95% interval {calib['lo95']:.3f}–{calib['hi95']:.3f}) against α = {alpha}: "
          + ("within it." if calib["lo95"] <= alpha else "ABOVE it.")]
 if len(failed_peers):
     for r in failed_peers.itertuples():
         lines.append(f"- **{r.runner} fails** at {r.setting} (prompt {r.prompt}, n = {r.n}): p_holm = {r.p_holm:.3g}"
-                     + (f", χ²-divergence {r.divergence:.3f}, TV ≤ {r.tv_upper:.3f}" if r.divergence == r.divergence
+                     + (f", χ²-divergence {r.divergence:.3f}, TV ≤ {r.tv_upper:.3f}" if r.tv_upper == r.tv_upper
                         else "") + ".")
 display(Markdown("\n".join(lines)))
 assert (~lossy_rows.passed).all(), lossy_rows[lossy_rows.passed]
 assert toy_audit[toy_audit.runner.str.startswith("specdec") | (toy_audit.runner == "transformers generate")].passed.all()
 assert calib["lo95"] <= alpha, calib
+assert not lookup_log or (toy_audit[toy_audit.runner == lookup].drafted > 0).all(), "prompt lookup never drafted"
 
 # %% [markdown]
 # ## Summary
@@ -808,12 +908,23 @@ assert calib["lo95"] <= alpha, calib
 # failure, so what is left to tell is how close each check came.
 
 # %%
-summary = dict(family_runs=len(family), family_min_p_holm=float(family.p_holm.min()),
-               tv_upper=bound.tv_upper, epsilon=epsilon, tv_N=bound.N,
+weak_toy, weak_real = toy_audit.loc[toy_audit.power.idxmin()], real_audit.loc[real_audit.power.idxmin()]
+# every verdict with the power it had: n, the Holm level, the weakest named mutant, its divergence
+summary = dict(family_runs=len(family), family_min_p_holm=float(family.p_holm.min()), family_N=n_family,
+               family_level=fam_level, family_power=float(weak.power), family_power_mutant=weak.mutant,
+               family_power_divergence=float(weak.divergence), family_N_for_goal=weak.N_for_goal, power_goal=power_goal,
+               tv_upper=bound.tv_upper, epsilon=epsilon, tv_N=bound.N, tv_sampler=tv_sampler,
                calibration_inside=bool(calibrated.inside.all()), mutants_caught=int(lossy.caught.sum()), mutants=len(lossy),
                harmless_passed=int((~harmless.caught).sum()), real_checks=len(real_df),
-               greedy_runs=len(greedy), audit_rows=len(toy_audit) + len(real_audit),
-               audit_passed=int(toy_audit.passed.sum() + real_audit.passed.sum()),
+               greedy_runs=len(greedy), audit_rows=len(toy_audit), audit_passed=int(toy_audit.passed.sum()),
+               audit_n=audit_n, audit_length=audit_len, audit_level=toy_level, audit_power=float(weak_toy.power),
+               audit_power_mutant=f"{weak_toy.against} at {weak_toy.setting}",
+               audit_power_divergence=float(weak_toy.against_divergence),
+               audit_real_rows=len(real_audit), audit_real_passed=int(real_audit.passed.sum()), audit_real_n=audit_real_n,
+               audit_real_df=int(real_audit.df.max()), audit_real_level=real_level,
+               audit_real_power=float(weak_real.power), audit_real_power_mutant=f"{weak_real.against} at {weak_real.setting}",
+               audit_real_power_divergence=float(weak_real.against_divergence),
+               audit_lookup_drafted=float(toy_audit[toy_audit.runner == lookup].drafted.min()),
                audit_mutant_rows_failed=int((~lossy_rows.passed).sum()), audit_mutant_rows=len(lossy_rows),
                audit_false_positive_rate=calib["rate"])
 pd.Series(summary).to_csv(ch.out / "summary.csv", header=False)  # deterministic: no timings in the tables
@@ -826,8 +937,9 @@ summary_lines = [
     + (f" In the loop (k = 1), acceptance against α_i, smallest of {len(acc)} two-sided p against α/m: "
        f"{vp(acc_p, alpha / len(acc))}." if acc_p is not None else ""),
     f"- **Sequence law of every method** (section 2): {len(family)} runs (method × setting × k, "
-    f"{n_family} continuations each); smallest Holm-adjusted p: {vp(family.p_holm.min(), passed='no rejection', rejected='REJECTED')}.",
-    f"- **Equivalence** (section 3, {exact_spec}, {exact_setting['name']}, n = {exact_len}): TV(sampled law, p) ≤ "
+    f"{n_family} continuations each); smallest Holm-adjusted p {family.p_holm.min():.3g}: {family_verdict} "
+    f"(the weakest of the controls, section 5); {family_goal}.",
+    f"- **Equivalence** (section 3, one sampler: {tv_sampler}): TV(sampled law, p) ≤ "
     f"{bound.tv_upper:.4f} with 95% confidence from {bound.N} continuations, "
     + ("below" if bound.tv_upper < epsilon else "NOT below") + f" ε = {epsilon} ({bound.tv_upper / epsilon:.0%} of it); "
     f"the family's own bounds are {family.tv_upper.min():.3f}–{family.tv_upper.max():.3f} ({n_family} continuations "
@@ -846,12 +958,15 @@ summary_lines = [
        f"{power_mut.analytic_power_with_impossible.min():.3f} (target {power_target})."
        if len(power_mut) else "; power by repetition: mutant_reps = 0 in this run (the full book repeats each control)."),
     f"- **{real_model}** (section 6): smallest Holm-adjusted p of {len(real_df)} checks: "
-    f"{vp(real_min.p_holm, passed='no rejection', rejected='REJECTED')} (a check of few samples: it catches gross "
-    f"errors, the toy pair the subtle ones). Greedy (section 7): {int(greedy.equal.sum())} of {len(greedy)} runs "
+    f"{real_min.p_holm:.3g} ({'>' if real_min.p_holm > alpha else '≤'} α), a check of few samples with no control run "
+    f"beside it (section 8 states the power of the same two-sample test against one): it catches gross "
+    f"errors, the toy pair the subtle ones. Greedy (section 7): {int(greedy.equal.sum())} of {len(greedy)} runs "
     f"identical, {report.count(int((~real_g.equal).sum()), 'float32 near-tie divergence')}.",
-    f"- **Audit** (section 8): {int(toy_audit.passed.sum() + real_audit.passed.sum())} of "
-    f"{len(toy_audit) + len(real_audit)} (decoder, setting) rows pass, {int((~lossy_rows.passed).sum())} of "
-    f"{len(lossy_rows)} mutant rows fail; false-positive rate of the family {calib['rate']:.3f} against α = {alpha}.",
+    f"- **Audit** (section 8): toy pair, {int(toy_audit.passed.sum())} of {len(toy_audit)} (decoder, setting) rows "
+    f"pass, the weakest: {audit_toy_verdict}; {real_model}, {int(real_audit.passed.sum())} of {len(real_audit)} "
+    f"rows of a two-sample gross-error check (df ≤ {int(real_audit.df.max())}) pass, the weakest: {audit_real_verdict}; "
+    f"{int((~lossy_rows.passed).sum())} of {len(lossy_rows)} mutant rows that must fail do; false-positive rate of the "
+    f"family {calib['rate']:.3f} against α = {alpha}.",
 ]
 display(Markdown("\n".join(summary_lines)))
 print(f"summary.csv written ({time.perf_counter() - t_start:.0f} s for the chapter)")
@@ -861,8 +976,9 @@ for s_, v in spec_tested.items():
     by_positions.setdefault(", ".join(map(str, v)), []).append(s_)
 tested = "; ".join(f"position{'s' if ',' in pos else ''} {pos} for "
                    + ("every method" if len(by_positions) == 1 else ", ".join(ms)) for pos, ms in by_positions.items())
-display(Markdown(f"**This run.** {len(family)} family tests, smallest Holm-corrected p = {family.p_holm.min():.3g}; "
-         f"TV(sampled, p) < {bound.tv_upper:.3g} (ε = {epsilon}) from {bound.N} continuations; "
+display(Markdown(f"**This run.** {len(family)} family tests, smallest Holm-corrected p = {family.p_holm.min():.3g}: "
+         f"{family_verdict}; TV(sampled, p) < {bound.tv_upper:.3g} (ε = {epsilon}) for {tv_sampler}, from {bound.N} "
+         "continuations; "
          f"{int(lossy.caught.sum())} of {len(lossy)} lossy mutants caught, {int((~harmless.caught).sum())} of "
          f"{len(harmless)} harmless forms passed. On {real_model}: conditional fits at positions "
          f"{', '.join(map(str, sorted(set(fit_r.position))))} ("

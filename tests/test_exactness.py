@@ -156,6 +156,40 @@ def test_tv_upper_bound_covers_the_true_tv(pair):
     assert misses <= stats.binom.interval(0.99, 300, 0.05)[1]
 
 
+def test_power_against_a_measured_divergence(pair):
+    """The power a verdict carries: the noncentral χ² at λ = n · divergence, matched by simulation against a law at
+    that divergence; samples outside p's support add their own chance of an outright rejection; samples_for_power
+    finds the n that reaches a goal; the phrase names power, mutant, divergence and n."""
+    law = ex.sequence_law(pair.target, P["prompt"], 2, SamplingParams(1.0))
+    q = ex.least_favourable(law, 0.05)
+    N, level = 1500, ALPHA / 10
+    div = ex.chi2_divergence(np.round(q * 10**6).astype(np.int64), law, bins_n=N)
+    df = ex.pooled_df(law, N)
+    analytic = ex.power_against(div, N, df, level)
+    simulated = (ex.simulate_pvalues(law, q, N, 300, SEED) < level).mean()
+    assert 0.2 < analytic < 0.95 and abs(analytic - simulated) < 0.12, (analytic, simulated)
+    assert ex.power_against(div, N, df, level, impossible_rate=0.01) == pytest.approx(1 - (1 - analytic) * 0.99 ** N)
+    n = ex.samples_for_power(div, df, level, 0.8)
+    assert ex.power_against(div, n, df, level) >= 0.8 > ex.power_against(div, int(n * 0.98), df, level)
+    assert ex.samples_for_power(0.0, df, level) is None and np.isnan(ex.power_against(float("nan"), N, df, level))
+    assert ex.power_phrase(0.8412, "no_bonus", 0.04671, 1000, 1.9e-4) == (
+        "no rejection; power 0.84 against mutant no_bonus (divergence 0.0467) at n = 1000, level 0.00019")
+
+
+def test_acceptance_z_where_every_acceptance_was_certain():
+    """α_i ∈ {0, 1} at every step (a one-hot draft where p is 0 or 1): z is 0 when the steps did as certain, ±inf
+    when one did not, never a NaN that drops the run from the check."""
+    one = np.ones(4, dtype=np.int64)
+    ok = ex.Samples(np.zeros((4, 1), np.int64), one, one, np.ones(4))
+    bad = ex.Samples(np.zeros((4, 1), np.int64), np.array([1, 1, 0, 1]), one, np.ones(4))
+    assert ex.acceptance_z(ok) == 0.0 and ex.acceptance_z(bad) == -np.inf
+
+
+def test_confidence_stops_run_only_where_they_can_stop():
+    assert ex.family_ks("linear:model@0.6", [1, 2]) == [2] and ex.family_ks("linear:model", [1, 2]) == [1, 2]
+    assert ex.family_ks("autoregressive", [1, 2]) == [1] and ex.family_ks("tree:model@0.3", [1]) == [1]
+
+
 # -- the rule, as a pure function ------------------------------------------------------------------
 def _one_position(pair, params=SamplingParams(1.0)):
     ids = torch.tensor(P["prompt"])[None]
@@ -235,7 +269,7 @@ def test_sequence_law_is_exact(pair, family, spec):
     if why:
         pytest.skip(why)
     mine = [r for r in family if r["spec"] == spec]
-    assert len(mine) == len(P["settings"]) * (1 if spec == "autoregressive" else len(P["ks"]))
+    assert len(mine) == len(P["settings"]) * len(ex.family_ks(spec, P["ks"]))
     bad = [(r["setting"], r["k"], r["pvalue"], r["impossible"]) for r in mine if r["p_holm"] <= ALPHA]
     assert not bad, f"{spec}: emitted law differs from p: {bad}"
 

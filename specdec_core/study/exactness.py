@@ -11,6 +11,8 @@ every length-``n`` continuation is enumerated with the same :func:`~specdec_core
 - :func:`p_verdict`         a test's verdict with its numbers, "borderline" near its threshold (:func:`borderline`).
 - :func:`tv_upper_bound`    an upper confidence bound on TV(law sampled, p): equivalence, not only non-rejection.
 - :func:`power`, :func:`samples_needed`, :func:`least_favourable`: power analysis for a given TV.
+- :func:`power_against`, :func:`samples_for_power`, :func:`power_phrase`: the power a non-rejection had against a
+  mutant's measured divergence, the n that would reach a goal, and the one way the book says a pass.
 - :func:`homogeneity_test`, :func:`conditional_counts`, :func:`next_token_laws`: checks on a real target.
 
 Notation: p = target law, q = draft law. Cells are continuations indexed lexicographically,
@@ -115,7 +117,7 @@ def sample_sequences(target, prompt, n: int, N: int, params: SamplingParams, met
             toks.append(res.tokens)
             acc += res.stats["accepted_lengths"]
             prop += res.stats["proposed"]
-            ov += res.stats["tv_alpha"]
+            ov += res.stats["accept_probs"]
     return Samples(np.array(toks, dtype=np.int64), np.array(acc), np.array(prop), np.array(ov))
 
 
@@ -123,6 +125,16 @@ def setting_params(setting: dict) -> SamplingParams:
     """A setting ``{"name": ..., "temperature": ..., "top_k": ..., "top_p": ...}`` → :class:`SamplingParams`."""
     return SamplingParams(float(setting.get("temperature", 1.0)), int(setting.get("top_k", 0)),
                           float(setting.get("top_p", 1.0)))
+
+
+def setting_name(setting: dict) -> str:
+    """A setting's ``"name"``, or without one its knobs: ``{"temperature": 0.7, "top_k": 4}`` → ``"T=0.7, top-k=4"``
+    (top-k and top-p named only where they cut)."""
+    if "name" in setting:
+        return str(setting["name"])
+    p = setting_params(setting)
+    return ", ".join([f"T={p.temperature:g}"] + ([f"top-k={p.top_k}"] if p.top_k > 0 else [])
+                     + ([f"top-p={p.top_p:g}"] if p.top_p < 1.0 else []))
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -288,7 +300,11 @@ def acceptance_z(samples: Samples) -> float:
     if not (samples.proposed[drafted] == 1).all() or drafted.sum() != len(samples.overlap):
         raise ValueError("acceptance_z needs linear runs with single-token drafts (k = 1)")
     a, acc = samples.overlap, samples.accepted[drafted]
-    return float((acc - a).sum() / np.sqrt((a * (1 - a)).sum()))
+    var = float((a * (1 - a)).sum())
+    if var == 0:  # every step's acceptance was certain (α_i 0 or 1): it either matched them all or it did not
+        gap = float((acc - a).sum())
+        return 0.0 if gap == 0 else float(np.copysign(np.inf, gap))
+    return float((acc - a).sum() / np.sqrt(var))
 
 
 # -- equivalence and power -----------------------------------------------------------------------
@@ -448,9 +464,21 @@ def first_divergence(target, prompt, tokens: list[int], reference: list[int]):
 
 
 # -- the checks, as the book and the tests run them ------------------------------------------------
+def family_ks(spec: str, ks) -> list[int]:
+    """The draft lengths :func:`gof_family` runs ``spec`` at: one for autoregressive decoding (it has none); those
+    above 1 for a confidence stop (with one drafted token it has nothing to stop: its run would repeat its drafter's
+    fixed-k run token for token), unless ``ks`` holds no other."""
+    if parse_spec(spec)[0] == "autoregressive":
+        return [ks[0]]
+    if spec_confidence(spec) is not None:
+        return [k for k in ks if k > 1] or list(ks)
+    return list(ks)
+
+
 def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0, min_expected: float = 5.0,
                threads: int | None = 1, skip_unavailable: bool = True, seed_offsets: dict | None = None):
-    """Sequence-level goodness of fit of every available (spec, setting, k) against the exact law.
+    """Sequence-level goodness of fit of every available (spec, setting, k) against the exact law (k from
+    :func:`family_ks`).
 
     Every spec samples with seeds ``seed0 + i`` (common random numbers: two specs that draft alike emit alike),
     except those in ``seed_offsets`` (spec → offset), which sample with ``seed0 + offset + i``: a seed stream of
@@ -472,20 +500,20 @@ def gof_family(pair, prompt, specs, settings, ks, N: int, n: int, seed0: int = 0
                     continue
                 raise ValueError(why)
             method, dname = parse_spec(spec)
-            for k in ([ks[0]] if method == "autoregressive" else ks):
+            for k in family_ks(spec, ks):
                 s = sample_sequences(pair.target, prompt, n, N, params, method, pair.drafters.get(dname), k=k,
                                      seed0=seed0 + (seed_offsets or {}).get(spec, 0), threads=threads,
                                      confidence=spec_confidence(spec))
                 c = s.counts(V)
                 g = gof_test(c, law, min_expected, seed=seed0 + len(rows))
                 z = acceptance_z(s) if method == "linear" and k == 1 and len(s.overlap) else float("nan")
-                rows.append(dict(spec=spec, setting=setting["name"], k=k if method != "autoregressive" else 0,
+                rows.append(dict(spec=spec, setting=setting_name(setting), k=k if method != "autoregressive" else 0,
                                  N=N, statistic=g.statistic, df=g.df, pvalue=g.pvalue, impossible=g.impossible,
                                  tv_upper=tv_upper_bound(c, law, min_expected=min_expected).tv_upper,
                                  acceptance=float(s.accepted.sum() / max(s.proposed.sum(), 1)),
                                  predicted_alpha=float(s.overlap.mean()) if len(s.overlap) else float("nan"),
                                  acceptance_z=z))
-                samples[(spec, setting["name"], k)] = s
+                samples[(spec, setting_name(setting), k)] = s
     for r, a in zip(rows, holm([r["pvalue"] for r in rows])):
         r["p_holm"] = float(a)
     return rows, samples
@@ -519,11 +547,23 @@ def _knobs(setting: dict) -> dict:
 
 
 def _verdicts(table, alpha: float, against: dict | None):
-    """Holm over the table's rows, each row's power against the weakest known mutant of its setting (at Holm's
-    strictest level, α / rows; exact-law rows only) and the verdict ``passed`` = ``p_holm >= alpha``."""
+    """Holm over the table's rows; each row's ``power`` against the known mutants of its setting (``against``: setting
+    → divergence, or setting → {mutant: divergence}) at Holm's strictest level, α / rows: the smallest, with the
+    mutant it is against (``against``, ``against_divergence``); and the verdict ``passed`` = ``p_holm >= alpha``.
+    A two-sample row (a real pair) has noncentrality (n / 2) · divergence, its divergence taken against the pooled
+    law (:func:`audit`)."""
     table["p_holm"] = holm(table.p)
-    table["power"] = [power_against((against or {}).get(r.setting), r.n, r.df, alpha / len(table))
-                      if r.reference == "exact law" else float("nan") for r in table.itertuples()]
+    level, nan = alpha / len(table), float("nan")
+    found = []
+    for r in table.itertuples():
+        known = (against or {}).get(r.setting)
+        known = known if isinstance(known, dict) else {} if known is None else {"weakest known": known}
+        n_eff = r.n if r.reference == "exact law" else r.n / 2
+        found.append(min(((power_against(d, n_eff, r.df, level), m, d) for m, d in known.items() if d == d),
+                         default=(nan, "", nan)))
+    table["power"] = [f[0] for f in found]
+    table["against"] = [f[1] for f in found]
+    table["against_divergence"] = [f[2] for f in found]
     table["passed"] = table.p_holm >= alpha
     return table
 
@@ -544,12 +584,14 @@ def _continuations(runner, ids: torch.Tensor, setting: dict, n: int, length: int
     return np.array(rows, dtype=np.int64)
 
 
-def chi2_divergence(counts, probs, min_expected: float = 5.0) -> float:
+def chi2_divergence(counts, probs, min_expected: float = 5.0, bins_n: int | None = None) -> float:
     """χ²(Q‖p) of the law Q that produced ``counts``, on the bins the goodness-of-fit test uses (:func:`pool_cells`),
-    estimated without bias: Σ (f − e)² / e − (bins − 1) / N, at least 0 (mass outside p's support counts in full)."""
+    estimated without bias: Σ (f − e)² / e − (bins − 1) / N, at least 0 (mass outside p's support counts in full).
+    ``bins_n``: pool the cells as a test of ``bins_n`` samples would (default: the N of ``counts``), for the power of
+    a test of another size against the law that produced ``counts``."""
     counts, probs = np.asarray(counts, dtype=np.int64), np.asarray(probs, dtype=np.float64)
     N = int(counts.sum())
-    labels, _ = pool_cells(probs, N, min_expected)
+    labels, _ = pool_cells(probs, bins_n or N, min_expected)
     keep = labels >= 0
     f = np.bincount(labels[keep], weights=counts[keep], minlength=int(labels.max()) + 1) / N
     e = np.bincount(labels[keep], weights=probs[keep], minlength=int(labels.max()) + 1)
@@ -562,7 +604,8 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
     """Does ``runner`` sample the target's law? One row per prompt × setting, with Holm's correction across the rows.
 
     ``runner(ids, setting, seed) -> list[int]``: any decoder; ``ids`` a 1-D LongTensor (the prompt), ``setting`` a dict
-    such as ``{"name": "T=0.7, top-k=50", "temperature": 0.7, "top_k": 50}``, ``seed`` distinct per continuation
+    such as ``{"name": "T=0.7, top-k=50", "temperature": 0.7, "top_k": 50}`` (without a name, :func:`setting_name`
+    names it from its knobs), ``seed`` distinct per continuation
     (``seed``, ``seed + 1``, …); it returns the tokens it committed, of which the first ``length`` are read. ``pair``:
     its target's law is the reference. Where the continuations have at most :data:`EXACT_CELLS` cells (a toy pair)
     the law is enumerated exactly (:func:`sequence_law`) and tested by :func:`gof_test`, with an upper bound on TV
@@ -597,7 +640,7 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
         for setting in settings:
             params = setting_params(setting)
             toks = _continuations(runner, ids, setting, n, length, seed, name)
-            row = dict(runner=name, prompt=j, setting=setting["name"], n=n, length=length)
+            row = dict(runner=name, prompt=j, setting=setting_name(setting), n=n, length=length)
             if exact:
                 law = sequence_law(pair.target, ids, length, params)
                 counts = np.bincount(cell_index(toks, V), minlength=V ** length)
@@ -606,32 +649,64 @@ def audit(runner, pair, prompts, settings, n: int, length: int = 2, seed: int = 
                            tv_upper=tv_upper_bound(counts, law, min_expected=min_expected).tv_upper,
                            divergence=chi2_divergence(counts, law, min_expected))
             else:
-                key = (tuple(ids.tolist()), setting["name"], n, length, seed)
+                key = (tuple(ids.tolist()), setting_name(setting), n, length, seed)
                 if key not in refs:
                     refs[key] = sample_sequences(pair.target, ids, length, n, params, seed0=seed + 10 ** 7).tokens
                 ref = refs[key]
                 stat, df, pv, _ = homogeneity_test(toks, ref, min_expected, seed=seed + len(rows))
                 row.update(reference=f"target's own continuations (n = {n})", statistic=stat, df=df, p=pv,
-                           impossible=0, tv_upper=float("nan"), divergence=float("nan"))
+                           impossible=0, tv_upper=float("nan"), divergence=max(stat - df, 0.0) * 2 / n)
             rows.append(row)
     return _verdicts(pd.DataFrame(rows), alpha, against)
 
 
-def power_against(divergence: float | None, n: int, df: int, level: float) -> float:
+def power_against(divergence: float | None, n: int, df: int, level: float, impossible_rate: float = 0.0) -> float:
     """Power of the level-``level`` Pearson test (``df``) against a law at χ²-divergence ``divergence`` from p, with
-    ``n`` samples: the noncentral χ² with λ = n · divergence (NaN without a divergence)."""
+    ``n`` samples: the noncentral χ² with λ = n · divergence (NaN without a divergence). ``impossible_rate``: the
+    law's mass outside p's support, where one sample rejects outright: power 1 − (1 − P_χ²)(1 − rate)^n."""
     if divergence is None or divergence != divergence:
         return float("nan")
-    return float(stats.ncx2.sf(stats.chi2.isf(level, df), df, n * divergence)) if divergence > 0 else level
+    p = float(stats.ncx2.sf(stats.chi2.isf(level, df), df, n * divergence)) if divergence > 0 else level
+    return 1 - (1 - p) * (1 - impossible_rate) ** n
+
+
+def samples_for_power(divergence: float, df: int, level: float, target: float = 0.8,
+                      impossible_rate: float = 0.0, most: int = 10 ** 8) -> int | None:
+    """Smallest n (to 1%) at which :func:`power_against` reaches ``target`` with these ``df`` and divergence (the
+    bins of the run that measured it; finer bins at a larger n see at least that divergence); None if not by
+    ``most`` or without a divergence."""
+    if divergence is None or divergence != divergence or (divergence <= 0 and impossible_rate <= 0):
+        return None
+
+    def ok(n):
+        return power_against(divergence, n, df, level, impossible_rate) >= target
+    lo, hi = 1, 2
+    while not ok(hi):
+        if hi > most:
+            return None
+        lo, hi = hi, hi * 2
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def power_phrase(power: float, mutant: str, divergence: float, n: int, level: float | None = None) -> str:
+    """A pass said with what it could see: ``'no rejection; power 0.84 against mutant no_bonus (divergence 0.047) at
+    n = 1000'`` (and the level, when given). The only form in which the book states that a test did not reject."""
+    at = f" at n = {n}" + (f", level {level:.2g}" if level is not None else "")
+    return f"no rejection; power {power:.2f} against mutant {mutant} (divergence {divergence:.3g}){at}"
 
 
 def audit_family(runners: dict, pair, prompts, settings, n: int, length: int = 2, seed: int = 0, alpha: float = 0.01,
-                 min_expected: float = 5.0, against: dict | None = None, progress=None) -> "pd.DataFrame":
+                 min_expected: float = 5.0, against: dict | None = None, progress=None,
+                 references: dict | None = None) -> "pd.DataFrame":
     """:func:`audit` of several runners (name → runner), with Holm's correction over *all* their rows: the family
-    passes when every row does, and a family of correct decoders fails with probability at most ``alpha``."""
+    passes when every row does, and a family of correct decoders fails with probability at most ``alpha``.
+    ``references``: as :func:`audit`'s, shared with another family (a mutants' one) on the same real pair."""
     import pandas as pd
 
-    names, refs = list(runners), {}
+    names, refs = list(runners), ({} if references is None else references)
     it = progress(names, desc="audit") if progress else names
     table = pd.concat([audit(runners[m], pair, prompts, settings, n, length, seed, alpha, min_expected, m, against,
                              refs) for m in it], ignore_index=True)
@@ -642,6 +717,13 @@ def weakest(mutant_table) -> dict:
     """Setting name → the smallest χ²-divergence among the rows of a mutants' audit table (pass only the rows where
     each mutant must be caught, :func:`lossy_settings`): what :func:`audit`'s ``against`` takes."""
     return mutant_table.groupby("setting").divergence.min().to_dict()
+
+
+def divergences(mutant_table) -> dict:
+    """Setting name → {mutant: its measured divergence} from a mutants' audit table (pass the rows where each mutant
+    is lossy, :func:`harmless_settings` left out): :func:`audit`'s ``against``, so that each row's power is stated
+    against every mutant of its setting, the weakest named."""
+    return {s: dict(zip(g.runner, g.divergence)) for s, g in mutant_table.groupby("setting", sort=False)}
 
 
 def calibrate_audit(pair, prompts, settings, n: int, rows_per_setting: int, length: int = 2, reps: int = 1000,
@@ -686,6 +768,40 @@ def example_runner(pair, length: int):
     return library_runner(pair, "linear:model", length)
 
 
+def counting_runner(runner, model, log: list):
+    """``runner``, a Hugging Face decoder of ``model`` (transformers' ``generate``, assisted or prompt lookup), with
+    the positions each of its forward calls feeds ``model`` counted: each continuation appends (prompt length, tokens
+    returned, calls, positions fed) to ``log``, which :func:`drafted_share` reads."""
+
+    def run(ids, setting, seed):
+        fed = []
+
+        def hook(module, args, kwargs):
+            x = kwargs.get("input_ids", args[0] if args else None)
+            x = kwargs.get("inputs_embeds") if x is None else x
+            fed.append(int(x.shape[1]))
+        handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            toks = list(runner(ids, setting, seed))
+        finally:
+            handle.remove()
+        log.append((int(ids.numel()), len(toks), len(fed), sum(fed)))
+        return toks
+    return run
+
+
+def drafted_share(log) -> dict:
+    """What a :func:`counting_runner`'s ``log`` says the decoder speculated: a call feeds the prompt (the first) or the
+    last token (the others), plus the tokens it verifies, so drafted = fed − prompt − (calls − 1); every call emits
+    its accepted drafts and one token of the target's, so accepted = tokens − calls. Returns the continuations, the
+    share with a draft, drafted and accepted tokens per token emitted."""
+    a = np.array(log, dtype=np.int64).reshape(-1, 4)
+    prompt, toks, calls, fed = a.T
+    drafted = fed - prompt - (calls - 1)
+    return dict(continuations=len(a), with_draft=float((drafted > 0).mean()) if len(a) else float("nan"),
+                drafted=float(drafted.sum() / max(toks.sum(), 1)), accepted=float((toks - calls).sum() / max(toks.sum(), 1)))
+
+
 # Lossy samplers the audit must reject, as runners (:func:`mutant_runner`), by name → the bug;
 # :func:`lossy_settings` says where each must be caught.
 AUDIT_MUTANTS = {
@@ -725,7 +841,17 @@ def lossy_settings(name: str, settings) -> list[str]:
     """The settings (names) in which the audit must catch mutant ``name``: raw-logits q where a temperature other
     than 1 rescales the whole draft law; the others everywhere. (Under top-k or top-p alone raw-logits q is lossy
     too, but only through the truncated tail's mass: a divergence too small to promise a catch at the book's sizes,
-    so its rows are shown and not counted.)"""
+    so those rows are not required to fail; they stay in the table with the power the test had against them, and
+    in the power figure of the decoders: :func:`harmless_settings` names only where a mutant is exact.)"""
     if name != "q from raw logits":
-        return [s["name"] for s in settings]
-    return [s["name"] for s in settings if setting_params(s).temperature != 1.0]
+        return [setting_name(s) for s in settings]
+    return [setting_name(s) for s in settings if setting_params(s).temperature != 1.0]
+
+
+def harmless_settings(name: str, settings) -> list[str]:
+    """The settings (names) in which mutant ``name`` samples p exactly, so that no test can catch it: raw-logits q at
+    temperature 1 without top-k or top-p (processing leaves the draft law as it is); none for the others."""
+    if name != "q from raw logits":
+        return []
+    plain = [setting_params(s) for s in settings]
+    return [setting_name(s) for s, p in zip(settings, plain) if p.temperature == 1.0 and p.top_k <= 0 and p.top_p >= 1.0]

@@ -86,6 +86,11 @@ def assisted_runner(target, assistant, k: int, max_new_tokens: int, temperature:
 
 
 def prompt_lookup_runner(target, k: int, max_new_tokens: int, max_ngram: int = 3, **kw):
+    """transformers' prompt lookup drafting ``k`` tokens. Its candidate generator reads an EOS id where it finds a
+    match, even for a model without one (transformers 4.57: ``torch.isin`` on None); such a model gets an id past its
+    vocabulary, which it never emits."""
+    if not eos_ids(target) and "eos_token_id" not in kw:
+        kw["eos_token_id"] = target.config.get_text_config().vocab_size
     return hf_runner(target, max_new_tokens, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram, **kw)
 
 
