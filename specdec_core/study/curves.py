@@ -16,17 +16,22 @@ The rest of the module turns an interleaved run of such runners (:func:`grid_run
 :func:`~specdec_core.study.bench.run_interleaved`) into the chapter's tables: measured curve against the theory
 (:func:`curve_table`), the step's time budget in target passes (:func:`step_budget`), the best K per α and the α at
 which each K starts to pay (:func:`best_k_table`, :func:`crossings`), and the α a draft would need for a speedup
-(:func:`alpha_needed`).
+(:func:`alpha_needed`). Every call of a grid draws from its own seed (:func:`cell_seed`), so each cell's α̂ is a
+binomial sample of its own: :func:`curve_table` gives its Clopper–Pearson interval, :func:`nominal_check` counts
+the cells whose nominal α falls outside, :func:`shared_draws` compares the draws of calls that differ only in
+cost, and crossings are read on the measured α̂ (:func:`read_crossing`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import binom
 
 from ..decode import generate
 from ..drafters import Draft, Drafter
 from .bench import decode_runner, paired_ratios, pooled_alpha, theory_check
+from .exactness import binomial_interval
 from .theory import speedup
 
 
@@ -65,7 +70,9 @@ class ControlledDrafter(Drafter):
     At a step whose context is the first n tokens of ``reference`` it proposes ``reference[n], reference[n+1], …``
     (up to K; fewer where the reference ends), each position kept with probability ``alpha`` by its own
     generator (seeded by ``seed`` at every :meth:`reset`, so a call is reproducible and independent of the
-    loop's generator). At the first position not kept it proposes a token that is not the reference's, and the
+    loop's generator). Calls meant to be independent need distinct seeds: two drafters with one seed draw the
+    same uniforms, whatever their α, K, prompt or cost (:func:`cell_seed` gives each call of a grid its own).
+    At the first position not kept it proposes a token that is not the reference's, and the
     reference's tokens after it (never tested: a greedy verifier stops at the first mismatch), so the verify pass
     always spans K + 1 tokens, as with a real draft. Since the reference is the target's greedy output, a kept
     token is the target's argmax and is accepted; a changed one is rejected: acceptance per tested position is
@@ -155,6 +162,19 @@ class ControlledDrafter(Drafter):
 
 
 # -- a grid of runners and what the chapter reads from its run ------------------------------------------------
+def cell_seed(base: int, *indices: int) -> int:
+    """The seed of one controlled call: numpy's ``SeedSequence(base, spawn_key=indices)``, the top 52 bits of its
+    first 64-bit word (an int a float64 column holds exactly, as a run table's does beside autoregressive rows).
+    :func:`controlled_runner` passes the indices (prompt, α, K, cost, call): the prompt's place in ``references``, α's, K's and the cost's places in :func:`grid_runners`' lists,
+    and how many calls that runner made on that prompt before (warm-ups included, so a repeat draws anew).
+    Distinct indices give distinct, statistically independent streams, and the same indices the same stream."""
+    for i in (base, *indices):
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
+            raise ValueError(f"cell_seed takes non-negative integers (a base seed and indices), got {i!r}")
+    state = np.random.SeedSequence(int(base), spawn_key=tuple(int(i) for i in indices)).generate_state(1, np.uint64)
+    return int(state[0]) >> 12
+
+
 def runner_name(alpha: float, k: int, cost: str) -> str:
     """``"controlled|<α>|<K>|<cost>"``: the name :func:`parse_names` reads back."""
     return f"controlled|{alpha:g}|{k}|{cost}"
@@ -169,33 +189,71 @@ def parse_names(df: pd.DataFrame, column: str = "runner") -> pd.DataFrame:
 
 
 def controlled_runner(target, references: dict[tuple, list[int]], alpha: float, k: int, max_new_tokens: int,
-                      cost: Drafter | None = None, seed: int = 0, outputs: dict | None = None):
+                      cost: Drafter | None = None, seed: int = 0, cell: tuple[int, ...] = (),
+                      outputs: dict | None = None, keep_steps: bool = False, drafter: type | None = None):
     """A :func:`~specdec_core.study.bench.decode_runner`-style runner (phase times, steps, counts) decoding with a
-    fresh :class:`ControlledDrafter` built from the prompt's reference (``references[tuple(ids)]``); its row also
-    says whether the output equals the reference's continuation (``identical``)."""
+    fresh :class:`ControlledDrafter` built from the prompt's reference (``references[tuple(ids)]``), seeded by
+    ``cell_seed(seed, prompt, *cell, call)``: ``prompt`` is the prompt's place in ``references``, ``call`` how many
+    calls this runner made on it before, so no two calls share a stream unless their indices are equal. Its row
+    also says whether the output equals the reference's continuation (``identical``) and the call's ``seed``;
+    ``keep_steps`` keeps the per-step accepted lengths (``accepted_lengths``), the draws a call's tests saw;
+    ``drafter``: the class built per call (default :class:`ControlledDrafter`; a subclass, e.g. a test's mutant)."""
+    drafter = ControlledDrafter if drafter is None else drafter
+    place = {key: i for i, key in enumerate(references)}
+    calls: dict[tuple, int] = {}
+
     def run(ids):
         key = tuple(torch.as_tensor(ids).view(-1).tolist())
-        drafter = ControlledDrafter(references[key], alpha, cost=cost, seed=seed)
-        row = decode_runner(target, max_new_tokens, method="linear", drafter=drafter, k=k, outputs=outputs)(ids)
+        if key not in place:
+            raise ValueError(f"no reference for this prompt ({len(key)} tokens): references must hold the prompt "
+                             "followed by greedy_reference()'s tokens for every prompt the runner decodes")
+        n = calls[key] = calls.get(key, -1) + 1
+        call_seed = cell_seed(seed, place[key], *cell, n)
+        d = drafter(references[key], alpha, cost=cost, seed=call_seed)
+        row = decode_runner(target, max_new_tokens, method="linear", drafter=d, k=k, outputs=outputs,
+                            keep_steps=keep_steps)(ids)
         row["identical"] = row["tokens"] == references[key][len(key):len(key) + len(row["tokens"])]
+        row["seed"] = call_seed
         return row
     return run
 
 
 def grid_runners(target, references: dict[tuple, list[int]], alphas, ks, costs: dict[str, Drafter | None],
-                 max_new_tokens: int, seed: int = 0) -> dict:
-    """One runner per (α, K, cost) of the grid (``costs``: name → cost drafter, ``None`` for free proposals)."""
-    return {runner_name(a, k, c): controlled_runner(target, references, a, k, max_new_tokens, cost=d, seed=seed)
-            for c, d in costs.items() for k in ks for a in alphas}
+                 max_new_tokens: int, seed: int = 0, keep_steps: bool = False, drafter: type | None = None) -> dict:
+    """One runner per (α, K, cost) of the grid (``costs``: name → cost drafter, ``None`` for free proposals), each
+    call drawing from its own stream: ``cell_seed(seed, prompt, α's place in alphas, K's in ks, the cost's in
+    costs, call)`` (:func:`controlled_runner`, which also says what ``keep_steps`` and ``drafter`` do)."""
+    return {runner_name(a, k, c): controlled_runner(target, references, a, k, max_new_tokens, cost=d, seed=seed,
+                                                    cell=(ia, ik, ic), keep_steps=keep_steps, drafter=drafter)
+            for ic, (c, d) in enumerate(costs.items()) for ik, k in enumerate(ks) for ia, a in enumerate(alphas)}
+
+
+def shared_draws(runs: pd.DataFrame) -> pd.DataFrame:
+    """Whether calls that differ only in their proposals' cost drew the same acceptances: per (prompt, repeat, α,
+    K) with more than one cost, ``identical`` is True where every cost's per-step accepted lengths are equal (the
+    runs must keep their steps: :func:`grid_runners` with ``keep_steps``). With one stream for every call they are
+    all equal; with independent streams equality is chance, rare unless α is near 0 or 1 or the call is short."""
+    ctl = parse_names(runs)
+    if "accepted_lengths" not in ctl:
+        raise ValueError("shared_draws needs the per-step accepted lengths: run grid_runners with keep_steps=True")
+    rows = []
+    for (pid, rep, a, k), g in ctl.groupby(["id", "repeat", "alpha", "K"]):
+        if g.cost.nunique() > 1:
+            seqs = [tuple(x) for x in g.accepted_lengths]
+            rows.append(dict(id=pid, repeat=rep, alpha=a, K=k, costs=g.cost.nunique(),
+                             steps=min(len(x) for x in seqs), identical=len(set(seqs)) == 1))
+    return pd.DataFrame(rows, columns=["id", "repeat", "alpha", "K", "costs", "steps", "identical"])
 
 
 def curve_table(runs: pd.DataFrame, c: dict[str, float], verify_ratio: dict[int, float],
-                baseline: str = "autoregressive") -> pd.DataFrame:
+                baseline: str = "autoregressive", level: float = 0.99) -> pd.DataFrame:
     """One row per (cost, K, α) of a grid run: the paired speedup over ``baseline`` (tokens/s, prefill
     included: ``median``, ``q25``, ``q75``, ``n``), the decode loops' speedup and Theorem 3.8's prediction
     (:func:`~specdec_core.study.bench.theory_check`: each call from its own α̂, ``c[cost]`` and the verify ratio
     measured in the run; medians over calls, ``rel_error``), the prediction at the nominal α
-    (``predicted_nominal``), the pooled α̂ and whether every output equalled the reference."""
+    (``predicted_nominal``), the pooled α̂ over its ``tests`` (accepted + rejections, every call), its
+    Clopper–Pearson interval at ``level`` (``alpha_lo``, ``alpha_hi``, ``alpha_level``), whether the nominal α
+    lies inside (``nominal_inside``), and whether every output equalled the reference."""
     ctl = parse_names(runs)
     ratios = parse_names(paired_ratios(runs, baseline))
     alpha_hat = pooled_alpha(ctl)
@@ -203,8 +261,12 @@ def curve_table(runs: pd.DataFrame, c: dict[str, float], verify_ratio: dict[int,
     for r in ratios.itertuples():
         _, th = theory_check(runs, r.runner, baseline, r.K, c[r.cost], verify_ratio[r.K])
         calls = ctl[ctl.runner == r.runner]
+        acc, tests = int(calls.accepted.sum()), int(calls.accepted.sum() + calls.rejections.sum())
+        lo, hi = binomial_interval(acc, tests, level) if tests else (float("nan"), float("nan"))
         rows.append(dict(cost=r.cost, K=r.K, alpha=r.alpha, median=r.median, q25=r.q25, q75=r.q75, n=r.n,
-                         alpha_hat=float(alpha_hat[r.runner]), decode_measured=th["measured_median"],
+                         alpha_hat=float(alpha_hat[r.runner]), tests=tests, alpha_lo=lo, alpha_hi=hi,
+                         alpha_level=level, nominal_inside=bool(lo <= r.alpha <= hi),
+                         decode_measured=th["measured_median"],
                          predicted=th["predicted_median"], rel_error=(th["measured_median"] - th["predicted_median"])
                          / th["predicted_median"], predicted_nominal=float(speedup(r.alpha, r.K, c[r.cost],
                                                                                   verify_ratio[r.K])),
@@ -263,17 +325,39 @@ def crossing(alphas, values, level: float = 1.0) -> float:
     return float(a[i - 1] + (level - v[i - 1]) * (a[i] - a[i - 1]) / (v[i] - v[i - 1]))
 
 
+def read_crossing(g: pd.DataFrame, level: float, on: str = "alpha_hat", values: str = "median") -> float:
+    """:func:`crossing` of one (cost, K) curve's ``values`` read against column ``on``: ``"alpha_hat"``, the α̂
+    each point measured (points sorted by it), or ``"alpha"``, the nominal α the grid set."""
+    g = g.sort_values([on, "alpha"])
+    return crossing(g[on], g[values], level)
+
+
 def crossings(curve: pd.DataFrame, c: dict[str, float], verify_ratio: dict[int, float],
               level: float = 1.0) -> pd.DataFrame:
     """Per (cost, K): the α at which the measured median paired speedup (``median``: tokens/s, prefill included)
-    first reaches ``level`` (interpolated on the grid) and the α Theorem 3.8 predicts for it."""
+    first reaches ``level``, interpolated between grid points on the measured α̂ (``measured_alpha``; ``grid_low``
+    and ``grid_high``: the α̂ it spans) and on the nominal α (``nominal_alpha``), and the α Theorem 3.8 predicts
+    for it (``predicted_alpha``)."""
     rows = []
     for (cost, k), g in curve.groupby(["cost", "K"]):
-        g = g.sort_values("alpha")
-        rows.append(dict(cost=cost, K=k, level=level, measured_alpha=crossing(g.alpha, g["median"], level),
+        rows.append(dict(cost=cost, K=k, level=level, measured_alpha=read_crossing(g, level),
+                         nominal_alpha=read_crossing(g, level, on="alpha"),
                          predicted_alpha=alpha_needed(level, k, c[cost], verify_ratio[k]),
-                         grid_low=float(g.alpha.min()), grid_high=float(g.alpha.max())))
+                         grid_low=float(g.alpha_hat.min()), grid_high=float(g.alpha_hat.max()),
+                         n=int(g.n.min())))
     return pd.DataFrame(rows)
+
+
+def nominal_check(curve: pd.DataFrame, level: float = 0.99) -> dict:
+    """How the grid's cells hold their nominal α (``curve_table``'s ``nominal_inside`` at ``level``): ``cells``,
+    ``outside``, the ``expected`` count outside by chance (each cell's Clopper–Pearson interval misses a true α
+    with probability at most 1 − level; with independent draws the cells are independent) and ``p``, the chance
+    of at least that many outside (binomial tail: an upper bound, the interval being conservative), ``tests_min``
+    and ``tests_max`` per cell."""
+    cells, outside = len(curve), int((~curve.nominal_inside.astype(bool)).sum())
+    return dict(cells=cells, outside=outside, expected=cells * (1 - level), level=level,
+                p=float(binom.sf(outside - 1, cells, 1 - level)), tests_min=int(curve.tests.min()),
+                tests_max=int(curve.tests.max()))
 
 
 def best_k_table(curve: pd.DataFrame) -> pd.DataFrame:
