@@ -63,14 +63,14 @@ models: venv
 	done
 
 ## make reproduce: the whole book with full parameters (PARAMS=ci for the small run), then the executed
-## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/tools/render.py) at build/book/index.html.
+## notebooks rendered as a book (Sphinx + myst-nb, specdec_core/tools/render.py) at $(BUILD)/book/index.html.
 ## A pair of one's own: TARGET=<embedded name, hub id or folder> DRAFT=<hub id, folder or none>
 ## DEVICE=cpu|cuda|auto DTYPE=float32|bfloat16|float16 (or PAIR=<file.yaml> with those keys in lower case);
-## the run then goes to build/book-<target>+<draft>-<device>-<dtype>/ (scripts/run_book.py)
+## the run then goes to $(BUILD)/book-<target>+<draft>-<device>-<dtype>/ (scripts/run_book.py)
 PAIR_ARGS = $(strip $(if $(TARGET),--target $(TARGET)) $(if $(DRAFT),--draft $(DRAFT)) \
   $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(PAIR),--pair $(PAIR)))
 reproduce: venv models
-	$(PY) scripts/run_book.py --params $(PARAMS) $(if $(PAIR_ARGS),$(PAIR_ARGS),--out $(BUILD)/book) --html
+	$(PY) scripts/run_book.py --params $(PARAMS) $(if $(PAIR_ARGS),$(PAIR_ARGS) --build $(BUILD),--out $(BUILD)/book) --html
 
 bench: venv
 	$(PY) scripts/bench_autoregressive.py

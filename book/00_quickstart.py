@@ -24,6 +24,7 @@ prompt = "Explain in two sentences why the sky is blue."
 max_new_tokens = 96      # tokens to decode
 temperature = 0.0        # 0 means greedy
 device = "cpu"           # "cpu", "cuda" or "auto"
+dtype = "float32"        # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 k = 4                    # K of the setting line: it times a verify pass over K + 1 tokens (the book's usual K)
 out_dir = "../build/book/00_quickstart"  # figures and tables land here
 params_name = None       # the parameter file's name, injected by scripts/run_book.py (banner)
@@ -44,7 +45,7 @@ import specdec_core as sd
 from specdec_core.tools import book
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, device=device)
+ch = book.setup(out_dir, model, device=device, dtype=dtype)
 pair, out = ch.pair, ch.out
 print(ch)
 

@@ -120,7 +120,7 @@ ceilings
 # The set-up loaded the target; we time a one-token pass (after S0 cached tokens) at every thread count.
 # The cache is filled *by pointer* (`profiling.at_context`: `advance(S)` marks S positions as committed
 # without writing them) — a pass's time does not depend on the values it reads. Each timed pass writes T
-# positions without committing them (`profiling.pass_fn`: `forward(commit=False)`), so every run sees the
+# positions without committing them (`profiling.pass_fn`: `forward(commit=0)`), so every run sees the
 # same cache.
 
 # %%
@@ -625,7 +625,7 @@ for rep in book.progress(range(warmup + repeats), desc="staircase"):
         for j, x in enumerate(steps):
             pf.sync(dev)
             t = time.perf_counter()
-            lm.forward(x, last_only=True)
+            lm.forward(x, logits_to_keep=1)
             pf.sync(dev)
             if rep >= warmup:
                 step_s[mode][j].append(time.perf_counter() - t)
@@ -744,7 +744,9 @@ fails.round(3)
 # run, so only what is dimensionless is set beside this run's: the ridge point (FLOP per byte) and t(T)/t(1).
 # On a GPU a small model's eager pass can be bound by kernel launches and Python rather than by memory
 # (gpt-fast's lesson): the `graph` rows replay the same pass as one captured CUDA graph, what remains when
-# launching costs almost nothing, and the `core` rows are the library's eager pass. The roofline moves the knee
+# launching costs almost nothing, and the `core` rows are the library's eager pass, each pass timed alone on
+# random weights of the model's shapes, in the code of that run (the library's decoders with their own graph path
+# are not yet run on CUDA). The roofline moves the knee
 # with the ridge point (section 5); the lines below say where each measured knee fell, and how far each t(1)
 # sits above its weight-streaming floor.
 

@@ -43,6 +43,7 @@ extrapolate = 10             # the learning curve's fit is extrapolated to this 
 equal_spread = 0.10          # two drafters' spreads of α across tasks are about equal within this fraction
 copy_tasks = ["summarization", "rag"]  # the mix's copy-heavy tasks (the answer reuses the prompt's text)
 device = "cpu"
+dtype = "float32"  # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/03_linear"
 params_name = None           # the parameter file's name, injected by scripts/run_book.py (banner)
 
@@ -66,7 +67,7 @@ from specdec_core.tools import book
 from specdec_core.study import exactness as ex
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
+ch = book.setup(out_dir, model, draft=draft, device=device, dtype=dtype, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file, need=("model",))
 pair, encoded = ch.pair, ch.encoded
 drafters = {name: pair.drafters[name] for name in ("model", "ngram")}
@@ -83,7 +84,7 @@ gen = torch.Generator().manual_seed(0)
 d0 = pair.drafter
 ids = encoded[0][1]
 lm = CachedLM(pair.target, ids.numel() + k_default + 2)
-logits = lm.forward(ids, last_only=True)[-1]
+logits = lm.forward(ids, logits_to_keep=1)[-1]
 tok = int(torch.multinomial(process_logits(logits, params), 1, generator=gen))
 d0.bind(pair.target)
 d0.reset(ids, ids.numel() + k_default + 2)
@@ -118,7 +119,7 @@ for temp in temperatures:
                             max_new_tokens=max_new_tokens, temperature=temp, seed=0)
             s = r.stats
             records.append(dict(id=p_.id, task=p_.task, drafter=name, temperature=temp, tokens=r.tokens,
-                                alpha=s["alpha"], alpha_tv=s["alpha_tv"], tau=s["tau"],
+                                alpha=s["alpha"], alpha_predicted=s["alpha_predicted"], tau=s["tau"],
                                 accepted_lengths=s["accepted_lengths"], proposed=s["proposed"]))
             step_tables.append(bench.step_table(s, id=p_.id, task=p_.task, drafter=name, temperature=temp))
 acc = pd.DataFrame(records)

@@ -64,6 +64,7 @@ threads = 0                # CPU threads (0: torch's default, every core, as in 
                            # pass over a tree's nodes is a few-row product that MKL spreads over the cores
                            # (chapter 1, section 4b measures what one thread costs instead)
 device = "cpu"
+dtype = "float32"  # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/04_tree"  # figures and CSVs land here
 
 # %%
@@ -86,8 +87,8 @@ from specdec_core.study import treesearch as ts
 from specdec_core.verify import greedy_tree_accept
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, draft=draft, device=device, threads=threads, per_task=per_task, tasks=tasks,
-                prompt_file=prompt_file, need=("model",))
+ch = book.setup(out_dir, model, draft=draft, device=device, dtype=dtype, threads=threads, per_task=per_task,
+                tasks=tasks, prompt_file=prompt_file, need=("model",))
 pair, encoded, drafter = ch.pair, ch.encoded, ch.drafters["model"]
 drafter.bind(pair.target)
 print(ch, "| draft:", "the shipped draft model" if draft is None else draft)
@@ -131,7 +132,7 @@ greedy = SamplingParams()
 for demo, ids in encoded:  # the first prompt whose first step keeps a drafted node (else the last prompt's step)
     cap = ids.numel() + T.tree_size(shape, depth) + 2
     lm = CachedLM(pair.target, cap)
-    tok = int(lm.forward(ids, last_only=True)[-1].argmax())                      # prefill: first token
+    tok = int(lm.forward(ids, logits_to_keep=1)[-1].argmax())                      # prefill: first token
     drafter.reset(ids, cap)
     d = drafter.propose_tree(ids.tolist() + [tok], shape, depth, greedy, None)  # 1. draft
     L = lm.length
@@ -139,7 +140,7 @@ for demo, ids in encoded:  # the first prompt whose first step keeps a drafted n
                         mask=d.tree.bias(L, lm.dtype, lm.device))                # 2. verify: [N+1, V]
     path, new = greedy_tree_accept(d.tree, d.tokens, logits.argmax(-1))         # 3. accept
     ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
-    lm.cache.keep([L + i for i in path], start=L + 1)                           # 4. commit
+    lm.cache.retain([L + i for i in path], start=L + 1)                           # 4. commit
     assert [l.keys.data_ptr() for l in lm.cache.layers] == ptrs and lm.length == L + 1 + len(path)
     if path:
         break

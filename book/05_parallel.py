@@ -54,9 +54,10 @@ ar_cost_growth = 2.0     # the model draft's proposal at the largest K costs mor
 block_saving = 2.0       # ... and a block proposal less than the model draft's divided by this (alone and in decoding)
 claim_k = 4              # the chapter's claims are checked where the largest K (and block position) reaches this
 decay_min_steps = 20     # steps that must reach block position claim_k before its acceptance decay is asserted
-draft_dtype = "float32"  # both drafters' compute dtype; "bfloat16" is faster on AVX512-BF16 CPUs (with 1 thread)
+draft_dtype = None       # both drafters' compute dtype (None: the pair's); "bfloat16" is faster on AVX512-BF16 CPUs
 threads = 2              # torch intra-op threads (CPU); 1 is steadier on a busy machine
 device = "cpu"           # "cpu", "cuda" or "auto"
+dtype = "float32"        # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/05_parallel"  # figures and CSVs land here
 params_name = None       # the parameter file's name, injected by scripts/run_book.py (banner)
 
@@ -84,7 +85,7 @@ from specdec_core.study.exactness import excused, first_divergence
 from specdec_core.train.block import block_batch
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, device=device, threads=threads, per_task=per_task, tasks=tasks,
+ch = book.setup(out_dir, model, device=device, dtype=dtype, threads=threads, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file,
                 need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
 pair, prompts, encoded = ch.pair, ch.prompts, ch.encoded
@@ -92,7 +93,7 @@ if block is not None:
     pair.drafters["block"] = BlockDrafter(load_block(block, pair.target))
 if model_draft is not None:
     pair.drafters["model"] = sd.ModelDrafter(load_draft(model_draft, pair.target))
-dd = getattr(torch, draft_dtype)  # both drafters compute in the same dtype (a no-op for the shipped float32)
+dd = getattr(torch, draft_dtype) if draft_dtype else ch.dtype  # both drafters compute in one dtype (None: the pair's)
 blk = BlockDrafter(pair.drafters["block"].model.to(dd))
 ar_drafter = sd.ModelDrafter(pair.drafters["model"].model.to(dd))
 if max(cost_ks + ks + [k_accept]) > blk.max_block:
@@ -113,7 +114,7 @@ display(ch.setting(k_accept))  # the verify pass over k_accept + 1 tokens, timed
 K = k_accept
 ids = encoded[0][1]
 lm = CachedLM(pair.target, ids.numel() + K + 2)
-tok = int(lm.forward(ids, last_only=True)[-1].argmax())
+tok = int(lm.forward(ids, logits_to_keep=1)[-1].argmax())
 ctx = ids.tolist() + [tok]
 t1 = SamplingParams(temperature=1.0)
 rows = []
@@ -121,7 +122,7 @@ for name, d in (("block", blk), ("model", ar_drafter)):
     d.bind(pair.target)
     d.reset(ids, ids.numel() + K + 2)
     dr = d.propose(ctx, K, t1, torch.Generator().manual_seed(0))
-    p = process_logits(lm.forward(torch.cat([torch.tensor([tok]), dr.tokens]), commit=False), t1)
+    p = process_logits(lm.forward(torch.cat([torch.tensor([tok]), dr.tokens]), commit=0), t1)
     for i, x in enumerate(dr.tokens.tolist()):
         rows.append({"drafter": name, "position": i + 1, "token": pair.tokenizer.decode([x]),
                      "q(x)": float(dr.q[i, x]), "p(x)": float(p[i, x]),

@@ -70,6 +70,7 @@ finest_tolerance = 0.25       # a theory_tolerance above this checks nothing fin
 assert_theory = False         # True: a disagreement beyond the tolerance stops the notebook (else it is reported)
 anchors = "../data/anchors.csv"  # published speedups (fixed citations with their sources) set beside this run's
 device = "cpu"
+dtype = "float32"  # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/06_speedup"
 
 # %%
@@ -88,7 +89,7 @@ from specdec_core.study import bench, calibrate, hardware, peers, report, theory
 from specdec_core.tools import book
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
+ch = book.setup(out_dir, model, draft=draft, device=device, dtype=dtype, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file)
 pair, encoded = ch.pair, ch.bench_prompts
 wants_stored = any("auto" in (spec.get("k"), spec.get("confidence")) for spec in methods.values())
@@ -397,8 +398,9 @@ if "linear (draft model)" in methods:
 # model, greedy, pooled over the headline run) goes into Theorem 3.8 with three cost sets: this run's (section
 # "The pass costs on this machine") and the committed GPU reference run's (`data/reference/cuda-*/`,
 # `make gpu-reference`), measured there with the library's eager passes (`core`) and with the same passes captured
-# in CUDA graphs (`graph`). Predictions only: the GPU run had random weights of the same shapes, and no trained
-# pair was decoded there.
+# in CUDA graphs (`graph`), each pass timed alone in the code of that run. Predictions only: the GPU run had random
+# weights of the same shapes, no trained pair was decoded there, and the library's decoders with their own graph
+# path are not yet run on CUDA.
 
 # %%
 gref = hardware.load_reference()

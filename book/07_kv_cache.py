@@ -185,7 +185,7 @@ def step_fn(n):
     def run():
         cache.advance(n)          # pretend n drafted positions were written and committed
         cache.rollback(n)         # ... and rejected
-        lm.forward(toks, commit=False)  # the next verification pass, from base_length positions
+        lm.forward(toks, commit=0)  # the next verification pass, from base_length positions
     return run
 
 

@@ -56,6 +56,7 @@ thetas = [0.3, 0.5, 0.7, 0.9]  # confidence thresholds tried
 k_max = 6                     # the most a confidence-stopped step drafts
 k_ngram = 4                   # prompt lookup's K (chapter 6's setting)
 device = "cpu"
+dtype = "float32"  # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/08_adaptive"
 params_name = None            # the parameter file's name, injected by scripts/run_book.py (banner)
 
@@ -72,7 +73,7 @@ from specdec_core.study import figures
 from specdec_core.study import exactness as ex
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, tasks=tasks,
+ch = book.setup(out_dir, model, draft=draft, device=device, dtype=dtype, per_task=per_task, tasks=tasks,
                 need=("model", "ngram", "hybrid", "adaptive"))
 pair = ch.pair
 print(ch)

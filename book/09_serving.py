@@ -35,6 +35,7 @@
 model = "smollm2-135m"         # embedded name, Hugging Face id, or local path
 draft = None                   # optional draft id/path (default: the shipped draft)
 device = "cpu"                 # "cpu", "cuda" or "auto"
+dtype = "float32"              # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 per_task = 2                   # evaluation prompts per task; a batch of B takes B of them, cycling
 batch_sizes = [1, 2, 4, 8, 16, 32]
 max_new_tokens = 48            # per row
@@ -55,16 +56,16 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from scipy import stats as st
 
 import specdec_core as sd
 from specdec_core.study import report
 from specdec_core.tools import book
 from specdec_core.study import exactness as ex
+from specdec_core.study import profiling as pf
 from specdec_core.study import serving as sv
 
 display(book.banner(params_name))
-ch = book.setup(out_dir, model, draft=draft, device=device, per_task=per_task, need=("model", "ngram"))
+ch = book.setup(out_dir, model, draft=draft, device=device, dtype=dtype, per_task=per_task, need=("model", "ngram"))
 pair, out = ch.pair, ch.out
 encoded = [ids for _, ids in ch.encoded]
 print(ch)
@@ -260,8 +261,10 @@ display(Markdown("\n".join(lines)))
 # ## The trend in B, and why
 # The crossover reads one B at a time. The trend reads them all: does speculation's ratio over autoregressive
 # decoding fall as B grows (the premise above: the verify pass stops being nearly free), rise, or neither? The
-# direction comes from Spearman's rank correlation between B and every paired ratio of the run (a direction is
-# named only when its p-value is under `trend_p`, and only for a sample the verdict rule allows), and the ends are
+# direction comes from Spearman's rank correlation between B and every paired ratio of the run, its p-value from
+# permutations (`study.serving.rank_trend`: exact over every distinct arrangement of the ratios against the batch
+# sizes when they can be counted, else seeded draws; a direction is named only when p is under `trend_p`, and
+# only for a sample the verdict rule allows), and the ends are
 # set side by side with their interquartile ranges. The why is the cost model's decomposition above, between the
 # smallest and the largest B: how much τ(B) moved (the batches hold different prompts), how much the step's cost
 # in autoregressive steps v(B) + d(B) moved, and how cheap a token of autoregressive decoding became, t(B)/B.
@@ -278,8 +281,8 @@ for name, k in K.items():
     pairs = pd.concat([paired(name, "autoregressive", B, B).rename(B) for B in batch_sizes], axis=1).melt(
         var_name="B", value_name="ratio").dropna()
     n = len(pairs)
-    rho, pval = (st.spearmanr(pairs.B, pairs.ratio) if n >= 3 and pairs.ratio.nunique() > 1
-                 else (float("nan"), float("nan")))
+    tr = sv.rank_trend(pairs.B.to_numpy(), pairs.ratio.to_numpy())  # a permutation p, exact where countable
+    rho, pval = tr["rho"], tr["p"]
     word = ("rising" if rho > 0 else "falling") if pval < trend_p else f"no direction (p ≥ {trend_p:g})"
     g = speed[speed.method == name].set_index("B")
     lo, hi = g.loc[min(batch_sizes)], g.loc[max(batch_sizes)]
@@ -289,13 +292,13 @@ for name, k in K.items():
     f_tau, f_cost = hi.tau / lo.tau, cost_hi / cost_lo
     larger = "the step's cost" if abs(np.log(f_cost)) > abs(np.log(f_tau)) else "τ"
     same_way = np.sign(hi.predicted - lo.predicted) == np.sign(hi.measured - lo.measured)
-    trend_rows.append(dict(method=name, pairs=n, spearman_rho=rho, p_value=pval, ratio_B_min=lo.measured,
-                           ratio_B_max=hi.measured, tau_factor=f_tau, cost_factor=f_cost,
+    trend_rows.append(dict(method=name, pairs=n, spearman_rho=rho, p_value=pval, p_method=tr["p_method"],
+                           ratio_B_min=lo.measured, ratio_B_max=hi.measured, tau_factor=f_tau, cost_factor=f_cost,
                            predicted_B_min=lo.predicted, predicted_B_max=hi.predicted))
     trend_lines.append(
         f"- **Trend, {name}**: the ratio's direction in B: {report.judged(word, n)} (Spearman ρ = {rho:.2f}, "
-        f"p = {pval:.2g} over {report.count(n, 'pair')}); from {iqr_text(lo)} at B = {lo.name} to {iqr_text(hi)} at "
-        f"B = {hi.name}, {ends}. Why, from the pass costs: the step costs {cost_lo:.2f} autoregressive steps at B = {lo.name} "
+        f"p = {pval:.2g}, {tr['p_method']}, over {report.count(n, 'pair')}); from {iqr_text(lo)} at B = {lo.name} "
+        f"to {iqr_text(hi)} at B = {hi.name}, {ends}. Why, from the pass costs: the step costs {cost_lo:.2f} autoregressive steps at B = {lo.name} "
         f"and {cost_hi:.2f} at B = {hi.name} (verify ratio {lo.verify_ratio:.2f} → {hi.verify_ratio:.2f}"
         + (f", draft share {lo.draft_share:.2f} → {hi.draft_share:.2f}" if "model" in name else "")
         + f"), τ goes {lo.tau:.2f} → {hi.tau:.2f}, so the cost model moves the ratio ×{f_tau / f_cost:.2f} "
@@ -330,20 +333,24 @@ book.show(batched.groupby(["method", "B"]).latency_s.median().unstack("B"),
 # %% [markdown]
 # ## Streaming: what the reader sees
 # One request at a time, through `sd.stream` (the decode loop is a generator of steps: each step yields
-# the tokens it committed). Time to first token is the prefill (the target's, and with a model drafter the draft's
-# too; it varies more from prompt to prompt than from method to method). After it, the per-token latency shares a
-# step's gap among the tokens it revealed; the per-chunk latency counts one gap per step, as a server that
-# times its stream chunks would.
+# the tokens it committed), timed as a reader receives them: the synchronized timer is read just before the call
+# and at each yield, and that reading stamps every token the yield carried. Time to first token is the prefill
+# (the target's, and with a model drafter the draft's too; it varies more from prompt to prompt than from method
+# to method). After it, the per-token latency shares a step's gap among the tokens it revealed; the per-chunk
+# latency counts one gap per step, as a server that times its stream chunks would.
 
 # %%
 stream_rows, arrivals = [], []
+timer = pf.Timer(pair.target.device)
 for name in ("autoregressive", "linear, n-gram", "linear, model draft"):
     kw = {key: v for key, v in methods[name].items()}
     for j, ids in enumerate(encoded[:stream_prompts]):
-        res = sd.generate(pair.target, ids, max_new_tokens=max_new_tokens, **kw)
-        stream_rows.append(dict(method=name, prompt=j, **sv.chunk_latencies(res.stats.token_times)))
+        received, t0 = [], timer.now()  # seconds from the request to each token's arrival at the reader
+        for new in sd.stream(pair.target, ids, max_new_tokens=max_new_tokens, **kw):
+            received += [timer.now() - t0] * len(new)
+        stream_rows.append(dict(method=name, prompt=j, **sv.chunk_latencies(received)))
         if j == 0:
-            arrivals += [dict(method=name, token=i + 1, seconds=t) for i, t in enumerate(res.stats.token_times)]
+            arrivals += [dict(method=name, token=i + 1, seconds=t) for i, t in enumerate(received)]
 stream = pd.DataFrame(stream_rows)
 ch.save(stream, "streaming_latency")
 book.show(stream.groupby("method", sort=False).median(numeric_only=True).drop(columns=["prompt", "ttft_ms"]),

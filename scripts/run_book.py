@@ -20,9 +20,11 @@ machine's own speed, like chapter 1's roofline) run after the others, one at a t
 
 A pair of one's own (``make reproduce TARGET=… DRAFT=… DEVICE=… DTYPE=…``, or ``PAIR=<file.yaml>`` holding the
 same keys in lower case): ``--target``, ``--draft``, ``--device``, ``--dtype`` and ``--pair`` reach every chapter
-whose parameters cell has the matching name (``model``, ``draft``, ``device``, ``dtype``); without ``--out`` the
-run's folder is named after the pair and device (``build/book-<target>+<draft>-<device>-<dtype>``), so runs of
-different pairs never overwrite each other.
+whose parameters cell has the matching name (``model``, ``draft``, ``device``, ``dtype``), and a chapter that loads
+the pair (a ``model`` parameter) without the parameter for a given setting is refused before any runs; without
+``--out`` the run's folder is named after the pair and device (``<build>/book-<target>+<draft>-<device>-<dtype>``,
+``<build>`` being ``--build``, ``build`` by default: make's ``BUILD``), so runs of different pairs never overwrite
+each other.
 """
 from __future__ import annotations
 
@@ -160,12 +162,13 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._" else "-" for c in text.rstrip("/").split("/")[-1].lower())
 
 
-def pair_folder(settings: dict[str, str]) -> str:
-    """The run folder for a pair: ``build/book`` for the book's own pair, else named after the pair and device."""
+def pair_folder(settings: dict[str, str], build: str = "build") -> str:
+    """The run folder for a pair, in ``build``: ``<build>/book`` for the book's own pair, else named after the pair
+    and device."""
     if not settings:
-        return "build/book"
+        return f"{build}/book"
     target, draft = settings.get("target", "smollm2-135m"), settings.get("draft", "none")
-    return (f"build/book-{_slug(target)}+{_slug(draft)}-{_slug(settings.get('device', 'cpu'))}-"
+    return (f"{build}/book-{_slug(target)}+{_slug(draft)}-{_slug(settings.get('device', 'cpu'))}-"
             f"{settings.get('dtype', 'float32')}")
 
 
@@ -195,6 +198,14 @@ def unrunnable_for(settings: dict[str, str], names: set[str]) -> str | None:
     if settings.get("target") and "block" in names:
         return "it studies the block draft, which only the embedded target ships (data/drafts/smollm2-135m-block)"
     return None
+
+
+def unhonoured(settings: dict[str, str], names: set[str]) -> list[str]:
+    """The settings among target, device and dtype that a chapter loading the pair (it has a ``model`` parameter)
+    has no parameter for: it would run with its own value (float32, say) in a folder named after the run's
+    (``…-bfloat16``). A draft is the business of the chapters that take a ``draft``."""
+    return [key for key in ("target", "device", "dtype") if key in settings and PAIR_KEYS[key] not in names] \
+        if "model" in names else []
 
 
 def run_one(src: Path, out: Path, params: dict, params_name: str) -> Result:
@@ -234,8 +245,10 @@ def main() -> int:
     os.environ["SPECDEC_PROGRESS"] = "0"  # the kernels inherit it: no progress bars in the saved outputs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="full", help="book/params/<name>.yaml (full or ci)")
-    ap.add_argument("--out", help="folder for executed notebooks, figures, tables (default: build/book, or a folder "
-                                  "named after the pair when one is given)")
+    ap.add_argument("--out", help="folder for executed notebooks, figures, tables (default: <build>/book, or a folder "
+                                  "named after the pair when one is given, in <build>)")
+    ap.add_argument("--build", default="build",
+                    help="without --out, the folder the run's folder is made in (default: build; make's BUILD)")
     ap.add_argument("--only", nargs="*", help="run only notebooks whose name starts with these prefixes")
     ap.add_argument("--html", action="store_true", help="render the executed notebooks as a book, <out>/index.html")
     ap.add_argument("--jobs", type=int, default=1,
@@ -260,7 +273,7 @@ def main() -> int:
         ap.error(str(e))
     params_file = BOOK / "params" / f"{args.params}.yaml"
     all_params = yaml.safe_load(params_file.read_text()) or {}
-    out = (ROOT / (args.out or pair_folder(pair))).resolve()
+    out = (ROOT / (args.out or pair_folder(pair, args.build))).resolve()
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     srcs = notebooks(args.only)
     if args.jobs > 1:
@@ -274,6 +287,9 @@ def main() -> int:
                 srcs.remove(src)
                 skipped[src.stem] = why
                 print(f"[book] skipped {src.name} for this pair: {why}", flush=True)
+            elif missing := unhonoured(pair, chapter_parameters(src)):
+                ap.error(f"{src.name} loads the pair but has no parameter for {', '.join(missing)}: it cannot honour "
+                         "this setting (add the parameter to its parameters cell and pass it to book.setup)")
     def parameters(src: Path) -> dict:  # the file's section, the pair's settings, the run folder, the file's name
         names = chapter_parameters(src)
         return dict(all_params.get(src.stem) or {}, **(pair_parameters(pair, names) if pair else {}),

@@ -2,7 +2,8 @@
 
 `make test` runs pytest before it executes the notebooks, then this file again once they are written to
 ``build/book-ci/notebooks/``; without that folder (a fresh clone, ``make test-fast``) every test here skips,
-and so does a notebook older than its chapter's source (a stale build says nothing about the chapter now).
+and so does a notebook older than its chapter's source (a stale build says nothing about the chapter now). Under
+``SPECDEC_REQUIRE_BOOK=1``, which `make test` sets after writing the book, a missing or stale notebook fails instead.
 A chapter that leaves out a section at CI size has to say so in a way this file can see: no output may
 announce a section as skipped ("skipped", "not run at this size").
 """
@@ -50,10 +51,18 @@ def _texts(output) -> list[str]:
     return out
 
 
-def _skip_if_stale(path: Path) -> None:
+# `make test` sets SPECDEC_REQUIRE_BOOK=1 after writing the CI book: there, a missing or stale book (or chapter) fails
+REQUIRED = os.environ.get("SPECDEC_REQUIRE_BOOK") == "1"
+
+
+def _skip_if_stale(path: Path, required: bool | None = None) -> None:
+    """Skip a notebook older than its chapter's source; where the CI book was just written (``REQUIRED``), fail."""
     src = ROOT / "book" / f"{path.stem}.py"
     if src.exists() and src.stat().st_mtime > path.stat().st_mtime:
-        pytest.skip(f"{path.name} is older than {src.name}: rerun the CI book (make test does)")
+        why = f"{path.name} is older than {src.name}: rerun the CI book (make test does)"
+        if REQUIRED if required is None else required:
+            pytest.fail(f"{why}; SPECDEC_REQUIRE_BOOK=1 says it was just written, so it must be current")
+        pytest.skip(why)
 
 
 def _outputs(path: Path):
@@ -81,9 +90,9 @@ def _hits(path: Path, patterns: dict) -> list[str]:
     return hits
 
 
-needs_book = pytest.mark.skipif(not NOTEBOOKS, reason=f"no executed CI book under {EXECUTED} (make test writes it)")
-# `make test` sets SPECDEC_REQUIRE_BOOK=1 after writing the CI book: there, a missing book (or chapter) fails
-REQUIRED = os.environ.get("SPECDEC_REQUIRE_BOOK") == "1"
+# without a book these skip, except where it is required (test_the_ci_book_holds_every_chapter then fails)
+needs_book = pytest.mark.skipif(not NOTEBOOKS and not REQUIRED,
+                                reason=f"no executed CI book under {EXECUTED} (make test writes it)")
 
 
 @pytest.mark.skipif(not REQUIRED, reason="only where the CI book was just written (make test sets SPECDEC_REQUIRE_BOOK)")
@@ -146,6 +155,20 @@ def verdict_rule_breaches(texts) -> list[str]:
     return found
 
 
+# an exactness verdict: a test that did not reject, said as "no rejection" or as a bare "exact"; it must carry the power
+# it had (exactness.power_phrase: "no rejection; power 0.84 against mutant … at n = …") or say it has none
+EXACT_VERDICT = re.compile(r"\bno rejection\b|\b(?:is|are|was|were|proved|proven|shown|found|looks)\s+exact\b"
+                           r"|\bexact\s*(?:[:!]|\.(?!\d)|$)", re.I | re.M)
+POWER = re.compile(r"\bpower\s+(?:\d|\.\d|not computed|not recorded)", re.I)
+CLAIM = re.compile(r"(?<=\.)\s+(?=[A-Z*(-])|\n|\|")  # sentences, lines, table cells (a ';' keeps the clauses together)
+
+
+def unpowered_exactness_verdicts(texts) -> list[str]:
+    """Sentences that declare a sampler exact, or a test's non-rejection, without the power that test had."""
+    return [f"{sentence.strip()[:160]!r}" for text in texts for sentence in CLAIM.split(text)
+            if EXACT_VERDICT.search(sentence) and not POWER.search(sentence)]
+
+
 def uncaptioned_speed_tables(cells) -> list[str]:
     """Speed tables (HTML tables with a speed column) not preceded, in their cell, by a caption naming the prefill."""
     found = []
@@ -174,9 +197,11 @@ def test_every_chapter_opens_with_its_banner(path):
 
 @needs_book
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_no_verdict_where_the_rule_says_unresolved(path):
+def test_verdicts_follow_the_rules(path):
+    """No verdict where the rule says unresolved; every exactness verdict carries its power."""
     _skip_if_stale(path)
-    found = verdict_rule_breaches(text for _, text in _outputs(path))
+    texts = [text for _, text in _outputs(path)]
+    found = verdict_rule_breaches(texts) + unpowered_exactness_verdicts(texts)
     assert not found, f"{path.name}:\n" + "\n".join(found)
 
 
@@ -186,6 +211,21 @@ def test_every_speed_table_says_whether_the_prefill_is_counted(path):
     _skip_if_stale(path)
     found = uncaptioned_speed_tables(_cells(path))
     assert not found, f"{path.name}:\n" + "\n".join(found)
+
+
+def test_an_exact_verdict_without_its_power_is_caught():
+    """The check above, shown failing on planted verdicts without a power and passing on the book's own phrase."""
+    from specdec_core.study.exactness import power_phrase
+
+    bad = ["63 goodness-of-fit tests, smallest Holm p 0.834: the decoder is exact.",
+           "Sequence law of every method: exact",
+           "smallest Holm-adjusted p: no rejection (p = 0.83 > 0.01), at linear:model, T=1",
+           "| linear:model | exact |"]
+    assert [len(unpowered_exactness_verdicts([b])) for b in bad] == [1, 1, 1, 1]
+    good = ["family of 54 tests: " + power_phrase(0.84, "no_bonus", 0.047, 1000, 1.9e-4) + ".",
+            "smallest p 0.4: no rejection; power not computed here: no control runs in this section",
+            "the exact law of every continuation, p = 0.52 against the exact sampler; TV ≤ 0.0104 exactly as computed"]
+    assert unpowered_exactness_verdicts(good) == []
 
 
 def test_the_story_checks_catch_what_they_must():
@@ -205,6 +245,25 @@ def test_the_story_checks_catch_what_they_must():
                                                            "text/plain": "caption"})
     assert uncaptioned_speed_tables([(0, nbformat.v4.new_code_cell("t", outputs=[table]))])
     assert not uncaptioned_speed_tables([(0, nbformat.v4.new_code_cell("t", outputs=[caption, table]))])
+
+
+def test_a_stale_notebook_fails_where_the_book_is_required(tmp_path):
+    """A notebook older than its chapter skips in a plain pytest run and fails under SPECDEC_REQUIRE_BOOK=1
+    (``required`` stands for the module's ``REQUIRED``, which the variable sets)."""
+    import time
+
+    src = sorted((ROOT / "book").glob("[0-9][0-9]_*.py"))[0]
+    stale = tmp_path / f"{src.stem}.ipynb"
+    stale.write_text("{}")
+    old = src.stat().st_mtime - 60
+    os.utime(stale, (old, old))
+    with pytest.raises(pytest.skip.Exception, match="older than"):
+        _skip_if_stale(stale, required=False)
+    with pytest.raises(pytest.fail.Exception, match="must be current"):
+        _skip_if_stale(stale, required=True)
+    now = time.time() + 60
+    os.utime(stale, (now, now))
+    _skip_if_stale(stale, required=True)  # current: neither
 
 
 def test_scanner_sees_what_it_must(tmp_path):

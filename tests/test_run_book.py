@@ -76,3 +76,48 @@ def test_a_chapter_about_the_block_draft_is_left_out_for_a_pair_of_ones_own():
     assert "block draft" in rb.unrunnable_for({"target": "/my/target"}, names)
     assert rb.unrunnable_for({}, names) is None and rb.unrunnable_for({"device": "cpu"}, names) is None
     assert rb.unrunnable_for({"target": "/my/target"}, rb.chapter_parameters(REPO_ROOT / "book" / "06_speedup.py")) is None
+
+
+def test_every_chapter_that_loads_the_pair_takes_and_passes_each_setting():
+    """DTYPE= (and TARGET=, DRAFT=, DEVICE=) reach every chapter with a ``model`` parameter: it declares ``dtype``
+    and ``device`` (``draft`` where it takes a model draft), and its ``book.setup`` call passes them on; a chapter
+    that loads the pair without one of them is refused before the run (shown on a planted one)."""
+    import re
+
+    rb = _module()
+    loading = {}
+    for src in sorted((REPO_ROOT / "book").glob("[0-9][0-9]_*.py")):
+        names = rb.chapter_parameters(src)
+        if "model" not in names:
+            continue
+        loading[src.stem] = names
+        assert {"model", "device", "dtype"} <= names, (src.name, sorted(names))
+        call = re.search(r"book\.setup\((.*?)\)\s*(?:#.*)?$", src.read_text(), re.M | re.S)
+        assert call and "dtype=dtype" in call.group(1) and "device=device" in call.group(1), src.name
+        settings = {"dtype": "bfloat16", "device": "cpu", "target": "/my/target"}
+        assert rb.pair_parameters(settings, names) == {"dtype": "bfloat16", "device": "cpu", "model": "/my/target"}
+        assert rb.unhonoured(settings, names) == []
+    assert {"00_quickstart", "01_bottleneck", "03_linear", "06_speedup", "09_serving", "10_curves"} <= set(loading)
+    planted = {"model", "device", "out_dir"}                          # a chapter that loads the pair, no dtype
+    assert rb.unhonoured({"dtype": "bfloat16", "device": "cpu", "draft": "x"}, planted) == ["dtype"]
+    assert rb.unhonoured({"draft": "x"}, planted) == []  # a draft is for the chapters that take one
+    assert rb.unhonoured({"dtype": "bfloat16"}, {"threads", "out_dir"}) == []   # loads no pair: nothing to honour
+
+
+def test_make_reproduce_puts_a_pairs_run_in_build(tmp_path):
+    """``make reproduce BUILD=dir TARGET=…`` runs in ``dir/book-<pair>``, as the default pair's runs in ``dir/book``:
+    the folder run_book.py computes, the flag make passes, and the folder a run (of no chapter) writes."""
+    rb = _module()
+    s = {"target": "/models/My-Target", "draft": "org/tiny-draft", "device": "cpu", "dtype": "bfloat16"}
+    assert rb.pair_folder(s, "elsewhere") == "elsewhere/book-my-target+tiny-draft-cpu-bfloat16"
+    assert rb.pair_folder({}, "elsewhere") == "elsewhere/book"
+    make = ["make", "-n", "-C", str(REPO_ROOT), "reproduce", f"BUILD={tmp_path}"]
+    pair_run = subprocess.run([*make, "TARGET=my-target"], capture_output=True, text=True)
+    own_run = subprocess.run(make, capture_output=True, text=True)
+    assert pair_run.returncode == 0 and own_run.returncode == 0, pair_run.stderr + own_run.stderr
+    assert f"--target my-target --build {tmp_path} --html" in pair_run.stdout
+    assert f"--out {tmp_path}/book --html" in own_run.stdout
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--params", "ci", "--only", "no-such-chapter",
+                           "--target", "my-target", "--build", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "book-my-target+none-cpu-float32" / "timings.csv").exists()

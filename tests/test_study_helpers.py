@@ -45,3 +45,45 @@ def test_serving_prediction_and_latencies():
     lat = serving.chunk_latencies([0.1, 0.2, 0.5, 0.5, 0.5])  # TTFT 100 ms, then a 1-token and a 3-token chunk
     assert lat["ttft_ms"] == pytest.approx(100) and lat["chunks"] == 3 and lat["tokens"] == 5
     assert lat["chunk_p50_ms"] == pytest.approx(200) and lat["token_p50_ms"] == pytest.approx(100)
+
+
+def test_rank_trend_p_is_exact_over_the_arrangements():
+    """The permutation p counts every distinct arrangement: against brute force over all n! orders (ties counted
+    as often as they occur), and at chapter 9's shape (5 batch sizes × 2 ratios, a perfectly falling trend) it is
+    2 / (10! / 2!^5) = 2 / 113400, where scipy's t-approximation prints a p orders of magnitude smaller."""
+    import itertools
+
+    import numpy as np
+    from scipy import stats as st
+
+    x, y = [1, 1, 2, 3, 3, 4, 5], [0.3, 0.1, 0.5, 0.4, 0.9, 0.7, 0.8]
+    got = serving.rank_trend(x, y)
+    rho = st.spearmanr(x, y)[0]
+    hits = sum(abs(st.spearmanr(p, y)[0]) >= abs(rho) - 1e-12 for p in itertools.permutations(x))
+    assert got["rho"] == pytest.approx(rho) and got["p"] == pytest.approx(hits / 5040)
+    assert got["arrangements"] == 5040 // 4 and got["p_method"].startswith("exact permutation")
+    B = [1, 1, 2, 2, 4, 4, 8, 8, 16, 16]
+    falling = list(np.linspace(1.3, 0.5, 10))  # the ratio falls with B, two distinct ratios at each B
+    exact = serving.rank_trend(B, falling)
+    assert exact["arrangements"] == 113400 and exact["p"] == pytest.approx(2 / 113400) and exact["rho"] < -0.9
+    assert st.spearmanr(B, falling)[1] < exact["p"] / 10  # scipy's t-approximation, 2.3e-07: below any p possible
+    drawn = serving.rank_trend(x, y, exact_max=100, draws=20_000, seed=1)  # too many to count: seeded draws
+    assert "draws" in drawn["p_method"] and drawn["p"] == pytest.approx(got["p"], abs=0.02)
+    assert np.isnan(serving.rank_trend([1, 1, 1], [1, 2, 3])["p"])
+    with pytest.raises(ValueError, match="differ in length"):
+        serving.rank_trend([1, 2, 3], [1, 2])
+
+
+def test_draft_cost_is_per_one_token_target_pass():
+    """c = draft seconds per draft pass ÷ a one-token target pass (autoregressive decoding's step on the same
+    prompt and repeat), not ÷ the speculative runner's own K + 1-token verify pass (which gave 0.0667 here)."""
+    from specdec_core.study import calibrate
+
+    runs = pd.DataFrame([
+        dict(id=i, repeat=0, runner="autoregressive", draft_s=0.0, draft_passes=0, verify_s=0.010 * 20, steps=20)
+        for i in range(3)] + [
+        dict(id=i, repeat=0, runner="model, K=4", draft_s=0.001 * 40, draft_passes=40, verify_s=0.015 * 10, steps=10)
+        for i in range(3)])
+    assert calibrate.draft_cost(runs, "model, K=4") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="baseline"):
+        calibrate.draft_cost(runs[runs.runner != "autoregressive"], "model, K=4")

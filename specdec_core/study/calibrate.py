@@ -35,11 +35,19 @@ def candidates(fixed_ks, thetas, k_max: int, families=FAMILIES) -> dict[str, dic
     return c
 
 
-def draft_cost(runs, runner: str) -> float:
-    """c of a model-draft runner: median over its calls of (draft seconds per draft pass) ÷ (verify seconds per
-    step), the draft pass's cost in target passes as this run measured it."""
-    r = runs[runs.runner == runner]
-    return float(((r.draft_s / r.draft_passes) / (r.verify_s / r.steps)).median())
+def draft_cost(runs, runner: str, baseline: str = "autoregressive") -> float:
+    """c of a model-draft runner, the cost of one draft pass in one-token target passes (Theorem 3.8's c): median
+    over its calls of (draft seconds per draft pass) ÷ (``baseline``'s verify seconds per step on the same prompt
+    and repeat, an autoregressive step being one one-token target pass). Not the runner's own verify pass, which
+    reads K + 1 tokens and so costs more than a one-token pass for K > 1."""
+    r = runs[runs.runner == runner].set_index(["id", "repeat"])
+    base = runs[runs.runner == baseline].set_index(["id", "repeat"])
+    if r.empty or base.empty:
+        raise ValueError(f"draft_cost needs calls of {runner!r} and of the baseline {baseline!r} in the same run")
+    per_pass = (r.draft_s / r.draft_passes) / (base.verify_s / base.steps).reindex(r.index)
+    if per_pass.isna().all():
+        raise ValueError(f"no call of {runner!r} has a {baseline!r} call on the same prompt and repeat")
+    return float(per_pass.median())
 
 
 def tune(pair, prompts, cands: dict[str, dict], max_new_tokens: int, repeats: int = 1):

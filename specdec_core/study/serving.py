@@ -6,10 +6,15 @@ speculation stops paying, and the latency a streaming reader sees.
 - :func:`predict_speedup`: speculation against autoregressive decoding at batch B from single-sequence pass
   costs t(T): autoregressive decoding spends t(B) per B tokens; a speculative step spends K draft passes
   t_d(B) and one verify pass t(B·(K+1)) per B·τ tokens, τ = tokens per row and target pass.
+- :func:`rank_trend`: the direction of a measure in B (Spearman's ρ) with a permutation p-value, exact when the
+  arrangements can be counted.
 - :func:`chunk_latencies`: inter-token latency per token (a step's gap shared by the tokens it revealed) and
   per chunk (one gap per step, what a server that times its stream chunks reports).
 """
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -108,6 +113,59 @@ def predict_speedup(cost: pd.DataFrame, B: int, k: int, tau: float, drafted: boo
 def crossover(batch_sizes, speedups) -> int | None:
     """The smallest batch size whose speedup is below 1 (None: speculation pays at every B measured)."""
     return next((B for B, s in zip(batch_sizes, speedups) if s < 1), None)
+
+
+EXACT_ARRANGEMENTS = 500_000  # at most this many distinct arrangements: the trend's p enumerates them all
+
+
+def _arrangements(x: np.ndarray) -> np.ndarray:
+    """Every distinct ordering of the values of ``x`` (tied values are interchangeable), one per row:
+    n! / (n_1! n_2! ...) rows for value counts n_1, n_2, .... Built one value at a time: each partial ordering
+    is extended by every choice of its free slots for that value's copies."""
+    values, counts = np.unique(x, return_counts=True)
+    rows, used = np.zeros((1, len(x)), dtype=x.dtype), np.zeros((1, len(x)), dtype=bool)
+    for value, count in zip(values, counts):
+        free = np.nonzero(~used)[1].reshape(len(used), -1)  # [m, free slots], every row has as many
+        chosen = free[:, np.array(list(itertools.combinations(range(free.shape[1]), int(count))))]  # [m, C, count]
+        rows, used = (np.repeat(a, chosen.shape[1], axis=0) for a in (rows, used))
+        at = (np.repeat(np.arange(len(rows)), count), chosen.reshape(-1))
+        rows[at], used[at] = value, True
+    return rows
+
+
+def rank_trend(x, y, draws: int = 200_000, seed: int = 0, exact_max: int = EXACT_ARRANGEMENTS) -> dict:
+    """Spearman's ρ between ``x`` and ``y`` (average ranks for ties) and its two-sided permutation p-value: the
+    share of arrangements of x's ranks against y's whose |ρ| reaches the observed |ρ|. Under no association every
+    distinct arrangement of x's (tied) values is equally likely, so with at most ``exact_max`` of them p is exact
+    (every arrangement counted; its smallest possible value is 2 / arrangements when the two extreme orders are
+    unique); with more, p comes from ``draws`` seeded random permutations, (1 + hits) / (1 + draws). No normal or
+    t approximation, which with few points and ties can print a p far below any the arrangements allow.
+
+    Returns ``rho``, ``p``, ``p_method`` (how p was computed, in words) and ``arrangements`` (the distinct
+    arrangements of x; NaN ρ and p when n < 3 or either variable is constant)."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(np.asarray(x, dtype=float)), rankdata(np.asarray(y, dtype=float))
+    n = len(rx)
+    if len(ry) != n:
+        raise ValueError(f"x and y differ in length ({n} and {len(ry)})")
+    _, counts = np.unique(rx, return_counts=True)
+    arrangements = math.factorial(n) // math.prod(math.factorial(int(c)) for c in counts) if n else 0
+    if n < 3 or np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return dict(rho=float("nan"), p=float("nan"), p_method="undefined (fewer than 3 points or a constant)",
+                    arrangements=arrangements)
+    cx, cy = rx - rx.mean(), ry - ry.mean()
+    rho = float(cx @ cy / np.sqrt((cx @ cx) * (cy @ cy)))
+    observed = abs(cx @ cy) * (1 - 1e-9)  # the same sum computed in another order: a rounding's margin
+    if arrangements <= exact_max:
+        hits = int((np.abs(_arrangements(cx) @ cy) >= observed).sum())
+        return dict(rho=rho, p=hits / arrangements, p_method=f"exact permutation over {arrangements} arrangements",
+                    arrangements=arrangements)
+    gen = np.random.default_rng(seed)
+    sums = np.concatenate([np.abs(gen.permuted(np.tile(cx, (m, 1)), axis=1) @ cy)
+                           for m in np.diff(np.r_[0:draws:50_000, draws])])
+    return dict(rho=rho, p=(1 + int((sums >= observed).sum())) / (1 + draws),
+                p_method=f"permutation, {draws} seeded draws of {arrangements} arrangements", arrangements=arrangements)
 
 
 def chunk_latencies(token_times: list[float]) -> dict:

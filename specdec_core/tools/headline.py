@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..study import report
+from ..study import curves, report
 
 START, END = "<!-- RESULTS:START -->", "<!-- RESULTS:END -->"
 FIGURE = "06_speedup/speedup_by_task.png"
@@ -95,12 +95,20 @@ def theory_lines(ref: Path) -> list[str]:
                    f"{r.measured_median:.3f}× measured ({100 * abs(r.rel_error):.1f}% apart over {int(r.calls)} calls).")
     if verdict is not None and len(verdict):
         v = verdict[verdict["T"] > 1]
-        within = v[v.ratio <= v.one_pass]
         out.append(f"Chapter 1 ({int(v.threads.iloc[0])} threads, S = {int(v.S.iloc[0])}): t(T)/t(1) = "
                    + ", ".join(f"{r.ratio:.2f} at T = {int(r.T)}" for r in v.itertuples())
-                   + f"; within its “about one pass” bar ({v.one_pass.iloc[0]:g}×) for "
-                   + (f"T ≤ {int(within['T'].max())}." if len(within) else "no T it timed."))
+                   + f"; {bar_verdict(v)}.")
     return out
+
+
+def bar_verdict(v: pd.DataFrame) -> str:
+    """Which T of chapter 1's verdict table (columns ``T``, ``ratio``, ``one_pass``) are within the “about one
+    pass” bar and which are above it, each T by name (never a range: a T above the bar can sit between two within)."""
+    within = v[v.ratio <= v.one_pass]["T"].astype(int).tolist()
+    above = v[v.ratio > v.one_pass]["T"].astype(int).tolist()
+    bar = f"its “about one pass” bar ({v.one_pass.iloc[0]:g}×)"
+    said = f"within {bar} at T = {', '.join(map(str, within))}" if within else f"within {bar} at no T it timed"
+    return said + (f", above it at T = {', '.join(map(str, above))}" if above else "")
 
 
 def exactness_lines(ref: Path) -> list[str]:
@@ -110,34 +118,105 @@ def exactness_lines(ref: Path) -> list[str]:
     s = pd.read_csv(p, header=None, index_col=0).iloc[:, 0].astype(str)  # rows of name,value; no header
     if "family_runs" not in s:
         return []
-    return [f"**Exactness** (chapter 2, `summary.csv`): {s.family_runs} goodness-of-fit tests of every method's output "
-            f"law against the target's, smallest Holm-corrected p = {float(s.family_min_p_holm):.3g}; total variation "
-            f"below {float(s.tv_upper):.4f} at 95 % from {int(float(s.tv_N))} pooled continuations; "
-            f"{s.get('mutants_caught', '?')} of {s.get('mutants', '?')} lossy mutants caught; "
-            f"{s.get('greedy_runs', '?')} greedy runs equal autoregressive decoding."]
+    from ..study.exactness import power_phrase  # deferred: exactness loads torch
+
+    def powered(prefix):  # a non-rejection with the power the run recorded for it, or a plain note that it did not
+        keys = [f"{prefix}_power", f"{prefix}_power_mutant", f"{prefix}_power_divergence"]
+        if not all(k in s for k in keys):
+            return "no rejection, its power not recorded by this run"
+        n = s.get("family_N" if prefix == "family" else f"{prefix}_n")
+        level = s.get(f"{prefix}_level")
+        return power_phrase(float(s[keys[0]]), s[keys[1]], float(s[keys[2]]), int(float(n)) if n else "?",
+                            float(level) if level else None)
+
+    eps = f", margin ε = {float(s.epsilon):g}" if "epsilon" in s else ""
+    sampler = f" of one sampler ({s.tv_sampler})" if "tv_sampler" in s else " of one sampler"
+    out = (f"**Exactness** (chapter 2, `summary.csv`): {s.family_runs} goodness-of-fit tests of every method's output "
+           f"law against the target's, smallest Holm-corrected p = {float(s.family_min_p_holm):.3g}: "
+           f"{powered('family')}; total variation below {float(s.tv_upper):.4f} at 95 % from {int(float(s.tv_N))} "
+           f"pooled continuations{sampler}{eps}; {s.get('mutants_caught', '?')} of {s.get('mutants', '?')} lossy "
+           f"mutants caught; {s.get('greedy_runs', '?')} greedy runs equal autoregressive decoding.")
+    if "audit_real_power" in s:  # the audit's two kinds of rows, each with its own power
+        out += (f" The audit of transformers' decoders beside ours: on the toy pair {s.audit_passed} of {s.audit_rows} "
+                f"rows pass ({powered('audit')}); on the embedded target {s.audit_real_passed} of {s.audit_real_rows} "
+                f"rows of a two-sample gross-error check (df ≤ {s.audit_real_df}) pass ({powered('audit_real')}).")
+    return [out]
+
+
+def _alpha_hat(r) -> str:
+    """`` (α̂ 0.948, 130 tests, 99 % interval 0.87–0.98)`` for a row of chapter 10's ``curve.csv``; a table from
+    before the chapter saved tests and intervals gives α̂ alone, one without α̂ nothing."""
+    if "alpha_hat" not in r or r.alpha_hat != r.alpha_hat:
+        return ""
+    if "tests" not in r or "alpha_lo" not in r:
+        return f" (α̂ {r.alpha_hat:.3f})"
+    level = f"{float(r.alpha_level):.0%}" if "alpha_level" in r else "the chapter's"
+    return f" (α̂ {r.alpha_hat:.3f} over {int(r.tests)} tests, {level} interval {r.alpha_lo:.2f}–{r.alpha_hi:.2f})"
+
+
+def needed_on_alpha_hat(curve: pd.DataFrame, need: pd.DataFrame | None) -> tuple[pd.DataFrame | None, str]:
+    """Chapter 10's ``alpha_needed.csv`` with ``measured_alpha`` read on the measured α̂, and what it is read on
+    (``"alpha_hat"`` or ``"alpha"``). A table the chapter read on α̂ (it has ``nominal_alpha``) is returned as it
+    is; an older one (read on the nominal α) is read again from ``curve.csv``'s draft-cost rows on their α̂ with
+    :func:`~specdec_core.study.curves.read_crossing`, its old column kept as ``nominal_alpha``; without α̂ in
+    ``curve.csv`` the nominal reading is all there is (``"alpha"``)."""
+    if need is None or "nominal_alpha" in need:
+        return need, "alpha_hat"
+    if "alpha_hat" not in curve:
+        return need, "alpha"
+    rows = []
+    for r in need.itertuples():
+        g = curve[(curve.cost == "draft") & (curve.K == r.K)]
+        rows.append(dict(speedup=r.speedup, K=r.K, predicted_alpha=r.predicted_alpha,
+                         measured_alpha=curves.read_crossing(g, r.speedup) if len(g) else float("nan"),
+                         nominal_alpha=r.measured_alpha))
+    return pd.DataFrame(rows), "alpha_hat"
 
 
 def curve_lines(ref: Path) -> list[str]:
+    """Chapter 10: the controlled proposals' best point at the grid's highest α (with its measured α̂), the
+    shipped draft's own measured point beside it (``real_drafters.csv``), and the α each speedup needs along the
+    measured curve, read on the measured α̂ (:func:`needed_on_alpha_hat`)."""
     curve, need = _csv(ref, "10_curves/curve.csv"), _csv(ref, "10_curves/alpha_needed.csv")
+    real = _csv(ref, "10_curves/real_drafters.csv")
     if curve is None:
         return []
     out = []
     for cost, g in curve.groupby("cost", sort=False):
         top = g[g.alpha == g.alpha.max()].sort_values("median", ascending=False).iloc[0]
-        out.append(f"{cost} proposals at α = {top.alpha:g}, K = {int(top.K)}: {_ratio(top)}")
-    line = ("**Where 2–3× lives** (chapter 10, a controlled draft on the real target): " + "; ".join(out) + ".")
+        what = "free" if cost == "free" else "paying the shipped draft's passes" if cost == "draft" else cost
+        out.append(f"{what} at α = {top.alpha:g}{_alpha_hat(top)}, K = {int(top.K)}: {_ratio(top)}")
+    line = ("**Where 2–3× lives** (chapter 10, *controlled proposals* on the real target: the target's own greedy "
+            "continuation, each position kept with probability α, not a draft model's proposals): "
+            + "; ".join(out) + ".")
+    shipped = real[real.runner.str.contains("(draft model)", regex=False)] if real is not None else None
+    if shipped is not None and len(shipped):
+        line += (" The shipped draft in the same run (`real_drafters.csv`): "
+                 + "; ".join(f"{r.runner} at α̂ = {r.alpha_hat:.2f}: {_ratio(r)}" for _, r in shipped.iterrows())
+                 + ".")
+    need, on = needed_on_alpha_hat(curve, need)
     if need is not None:
         parts = []
         for sp, g in need.groupby("speedup"):
             g = g.dropna(subset=["measured_alpha"])
             if len(g):
                 r = g.sort_values("measured_alpha").iloc[0]
-                parts.append(f"{sp:g}× needs α ≈ {r.measured_alpha:.2f} (K = {int(r.K)}; theory {r.predicted_alpha:.2f})")
+                nominal = (f"; on the nominal α {r.nominal_alpha:.2f}" if on == "alpha_hat" and "nominal_alpha" in r
+                           and r.nominal_alpha == r.nominal_alpha else "")
+                theory = (f"; theory {r.predicted_alpha:.2f}" if "predicted_alpha" in r
+                          and r.predicted_alpha == r.predicted_alpha else "")
+                parts.append(f"{sp:g}× needs {'α̂' if on == 'alpha_hat' else 'α'} ≈ {r.measured_alpha:.2f} "
+                             f"(K = {int(r.K)}{nominal}{theory})")
         if parts:
-            line += " Measured along the curve: " + "; ".join(parts) + "."
+            line += (" Measured along the curve with the draft's cost, "
+                     + ("on the measured α̂: " if on == "alpha_hat" else
+                        "on the nominal α (the run's tables carry no measured α̂): ") + "; ".join(parts) + ".")
     ident = curve.get("identical")
-    if ident is not None:
-        line += f" Greedy outputs equal autoregressive decoding at {int(ident.sum())} of {len(ident)} grid points."
+    if ident is not None:  # the controlled draft checks its context at every step: a departure stops the run
+        line += (f" Greedy identity with autoregressive decoding is checked at every step of all {len(ident)} grid "
+                 "points (a departure stops the run, so a finished run has none)." if ident.all() else
+                 f" Greedy outputs differ from autoregressive decoding at {int((~ident.astype(bool)).sum())} of "
+                 f"{len(ident)} grid points.")
     return [line]
 
 
@@ -156,11 +235,18 @@ def serving_lines(ref: Path, trend_p: float = 0.05) -> list[str]:
         if len(t):
             t = t.iloc[0]
             way = ("rising" if t.spearman_rho > 0 else "falling") if t.p_value < trend_p else "no direction"
-            part += (f" (Spearman ρ = {t.spearman_rho:.2f}, p = {t.p_value:.2g} over {int(t.pairs)} paired ratios: "
-                     f"{report.judged(way, int(t.pairs))})")
+            part += (f" (Spearman ρ = {t.spearman_rho:.2f}, p = {t.p_value:.2g}, {trend_p_method(t)}, over "
+                     f"{int(t.pairs)} paired ratios: {report.judged(way, int(t.pairs))})")
         parts.append(part)
     return ["**Under load** (chapter 9, batches decoded in lockstep; median ratio at each B, "
             f"{report.PREFILL_COUNTED.lower()[:-1]}): " + "; ".join(parts) + "."]
+
+
+def trend_p_method(row) -> str:
+    """How chapter 9's trend p was computed: the table's ``p_method``; a table without that column holds scipy's
+    ``spearmanr`` p, a t-approximation (with few ratios and ties it can fall below any p the arrangements allow)."""
+    method = row.get("p_method")
+    return str(method) if isinstance(method, str) and method else "t-approximation"
 
 
 def adaptive_lines(ref: Path) -> list[str]:
