@@ -55,7 +55,9 @@ methods = ["autoregressive", "linear:model", "linear:ngram", "tree:model", "tree
 settings = [{"name": "T=1", "temperature": 1.0},
             {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4},
             {"name": "top-p=0.8", "temperature": 1.0, "top_p": 0.8}]
-ks = [1, 2]                  # draft lengths (tree depth, block size); k 1 makes the bonus count at n 3
+ks = [1, 2]                  # draft lengths (tree depth, block size); k 1 makes the bonus count at n 3. A step
+                             # drafts at most room − 1 tokens, so at n 3 a k 2 step drafts one, as k 1 does (its
+                             # stops included); n 4 tests k 2 (V**4 cells: tests/test_adaptive.py's stop mutant)
 n_family = 4000              # continuations per (method, setting, k)
 seed0 = 0
 own_seeds = {"linear:hybrid": 10**6}  # spec -> seed offset: its own seed stream (section 2 says why)
