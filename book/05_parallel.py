@@ -395,7 +395,7 @@ print(f"at K={k_cmp}: draft time per token, parallel {1e3 * (d_par.draft_s / d_p
 # 1. one draft pass per proposal, whatever K
 for k in ks:
     g = timing[timing.runner == f"parallel K={k}"]
-    assert (g.draft_passes == g.steps).all(), f"parallel K={k}: not one draft pass per proposal"
+    assert (g.draft_passes == g.drafting_steps).all(), f"parallel K={k}: not one draft pass per proposal"
 # 2. the far positions pay: the block draft's conditional acceptance decays with the position (greedy)
 g0 = by_pos[(by_pos.drafter == "block") & (by_pos.temperature == temperatures[0])].set_index("position")
 if k_accept >= claim_k and g0.loc[claim_k, "steps"] >= decay_min_steps:

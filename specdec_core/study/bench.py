@@ -99,6 +99,7 @@ def decode_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_st
         if outputs is not None:
             outputs[tuple(torch.as_tensor(ids).view(-1).tolist())] = r.tokens
         return {**_call_row(r, keep_steps), "steps": len(s.accepted_lengths), "draft_passes": s.draft_passes,
+                "drafting_steps": sum(d > 0 for d in s.drafted),  # a last step with room 1 drafts nothing
                 "accepted_per_step": float(np.mean(s.accepted_lengths)) if s.accepted_lengths else float("nan"),
                 "drafted_per_step": float(np.mean(s.drafted)) if s.drafted else float("nan"),
                 **{f"{ph}_s": getattr(s, f"{ph}_s") for ph in PHASES}}
