@@ -52,6 +52,7 @@ class Method:
     drafter's passes run (:mod:`specdec_core.graphs`; the run's)."""
 
     name = "method"
+    drafter = None  # the speculative methods' drafter
 
     def __init__(self, params: SamplingParams, generator: torch.Generator, step_mode: str = "eager"):
         self.params = params
@@ -75,7 +76,7 @@ class Method:
 
     def finish(self, prompt: list[int], output: list[int]) -> None:
         """The decode ended: its drafter, if any, is told (:meth:`~specdec_core.drafters.Drafter.finish`)."""
-        if getattr(self, "drafter", None) is not None:
+        if self.drafter is not None:
             self.drafter.finish(prompt, output)
 
 
