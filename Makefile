@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE ?= 1  # a hub id as TARGET/DRAFT: HF_HUB_OFFLINE=0 make reproduce TARGET=owner/name
 
-.PHONY: venv test test-fast reproduce book models bench gpu-reference lab clean
+.PHONY: venv kernels test test-fast reproduce book models bench gpu-reference lab clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ $(STAMP): pyproject.toml
 	mkdir -p $(dir $(LAB_OVERRIDES)) && echo '$(LAB_SETTINGS)' > $(LAB_OVERRIDES)
 	rm -f $(VENV)/.installed-* && touch $@
 
+## make kernels: build the CPU verify kernel and calibrate it on the embedded target, alone (about 40 s the first
+# time on a machine, then read from build/kernels/): the runs after it share the cores and must not calibrate
+kernels: venv
+	$(PY) -m specdec_core.tools.cpu_kernel
+
 ## make test: unit + statistical tests, then every notebook with book/params/ci.yaml
 # the tests run on TEST_WORKERS pytest-xdist workers of one thread each, a file per worker at a time, the slowest
 # files first (tests/conftest.py's order: --no-loadscope-reorder keeps it);
@@ -46,7 +51,7 @@ TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BOOK_JOBS ?= 2
 # tests marked chapter2 are checks chapter 2 asserts at the same sizes (tests/test_exactness.py): the chapter runs them here
-test: venv
+test: venv kernels
 	$(PY) -m pytest -q $(XDIST) tests -m "not chapter2"
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci --jobs $(BOOK_JOBS) --alone 01
 	SPECDEC_REQUIRE_BOOK=1 $(PY) -m pytest -q tests/test_book_outputs.py
@@ -69,7 +74,7 @@ models: venv
 ## the run then goes to $(BUILD)/book-<target>+<draft>-<device>-<dtype>/ (scripts/run_book.py)
 PAIR_ARGS = $(strip $(if $(TARGET),--target $(TARGET)) $(if $(DRAFT),--draft $(DRAFT)) \
   $(if $(DEVICE),--device $(DEVICE)) $(if $(DTYPE),--dtype $(DTYPE)) $(if $(PAIR),--pair $(PAIR)))
-reproduce: venv models
+reproduce: venv models kernels
 	$(PY) scripts/run_book.py --params $(PARAMS) $(if $(PAIR_ARGS),$(PAIR_ARGS) --build $(BUILD),--out $(BUILD)/book) --html
 
 bench: venv

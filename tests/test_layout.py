@@ -30,6 +30,7 @@ PHASES = ("start", "draft", "verify", "accept", "commit")
 LAYERS = {
     "paths": 0,
     **{m: 1 for m in CORE_MODULES},  # the decoding core
+    "kernels": 1,  # the CPU verify path (compiled kernels), part of the core
     "adaptive": 2, "serving": 2,  # drafters built from core drafters; batched decoding
     "models": 3,  # targets, drafts, pairs (assembles core and adaptive drafters)
     "data": 4,  # the prompt sets (encoded through a pair)

@@ -30,6 +30,7 @@ from huggingface_hub import try_to_load_from_cache
 
 from ..adaptive import hybrid_of
 from ..adaptive.suffix import SuffixDrafter
+from .. import kernels
 from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
 from ..paths import MODELS_DIR
 from . import shipped
@@ -266,6 +267,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         target = _load_hf(path, dtype, device)
     except OSError as e:
         raise ValueError(f"cannot load model {name!r}: {e}") from e
+    if device.type == "cpu" and dtype == torch.float32:
+        kernels.choose(target)  # the CPU verify path: calibrated once per machine, printed once (kernels/)
     tok = _load_tokenizer(path)
     drafters: dict = {"ngram": NGramDrafter(), "suffix": SuffixDrafter()}
     if draft is not None:

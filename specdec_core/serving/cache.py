@@ -30,6 +30,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from ..graphs import StepGraphs
+from ..kernels import GQA_SDPA, register_gqa_sdpa
 from ..kvcache import _SlabLayer
 from ..lm import MAX_STEP, CachedLM, StepInputs
 
@@ -127,39 +128,15 @@ class BatchKVCache(Cache):
         return int(self.lengths.max())
 
 
-GQA_SDPA = "specdec_batch_sdpa"
-
-
-def _gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' ``sdpa`` attention, except that grouped key/value heads go to the kernel as they are
-    (``enable_gqa``) also under a mask: transformers copies them out to every query head whenever a mask is given,
-    and a batch pass always has one (B rows × 3× the keys and values of every layer, copied each step)."""
-    if attention_mask is not None:
-        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
-    return out.transpose(1, 2).contiguous(), None
-
-
-@functools.cache
-def _register_gqa_sdpa() -> None:
-    """Register :func:`_gqa_sdpa` with transformers (once, at the first :class:`BatchLM`: importing the library
-    stays light)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(GQA_SDPA, _gqa_sdpa)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_SDPA, sdpa_mask)  # never used: batch passes bring their 4D mask
-
-
 @contextmanager
 def grouped_query_attention(model):
-    """Within the block, a model configured for ``sdpa`` runs :func:`_gqa_sdpa` (the same kernel, the same
+    """Within the block, a model configured for ``sdpa`` runs :func:`~specdec_core.kernels.gqa_sdpa` (the same kernel, the same
     numbers); any other attention implementation is left alone. Restored on exit, also after an error."""
     cfg = model.config
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         yield
         return
+    register_gqa_sdpa()
     cfg._attn_implementation = GQA_SDPA
     try:
         yield
@@ -181,7 +158,6 @@ class BatchLM:
         self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
         self._inputs: dict[tuple, StepInputs] = {}
         self._slab = self.cache.layers[0].keys  # the slab captured steps write (select_rows gathers new ones)
-        _register_gqa_sdpa()
 
     @torch.inference_mode()
     def _pass(self, ids: torch.Tensor, logits_to_keep: int = 0, **model_kwargs) -> torch.Tensor:

@@ -18,7 +18,6 @@ a ``device`` and synchronizes CUDA around its timers.
 from __future__ import annotations
 
 import os
-import platform
 import random
 import re
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..kernels import cpu_name  # noqa: F401  (the study names machines by it: profiling.cpu_name)
 from ..paths import REFERENCE_DIR
 from ..record import Timer, sync  # noqa: F401  (sync: the study's timers and chapters call it as profiling.sync)
 
@@ -44,17 +44,6 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (falls back to ``platform.processor()``)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def progress_bars() -> bool:
@@ -485,6 +474,22 @@ def matmul_chain(weights: list[torch.Tensor], M: int, transposed: bool = False) 
         def run():
             for w in weights:
                 F.linear(xs[w.shape[1]], w)
+    return run
+
+
+def linear_chain(model, M: int) -> Callable[[], None]:
+    """A callable running every ``nn.Linear`` of ``model`` (the LM head included) on ``M`` input rows, through the
+    modules themselves: the path the model's passes take (torch's matmul, or the CPU kernel where
+    :mod:`specdec_core.kernels` installed it), without the rest of the pass."""
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    p = mods[0].weight
+    xs = {m.in_features: torch.randn(M, m.in_features, generator=torch.Generator().manual_seed(m.in_features))
+          .to(p.device, p.dtype) for m in mods}
+
+    def run():
+        with torch.no_grad():
+            for m in mods:
+                m(xs[m.in_features])
     return run
 
 

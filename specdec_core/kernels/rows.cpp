@@ -1,0 +1,287 @@
+// A few-row matrix product for CPU passes over a few tokens: Y[m, n] = sum_k X[m, k] W[n, k] (+ b[n]).
+//
+// A verification pass multiplies M = 1-32 token rows by every weight matrix of the model. The weights do not fit in
+// cache, so the pass is bound by how fast they stream from memory, and should cost about the same for any small M.
+// A general GEMM library tunes for large M (it packs X and W into panels for every call and picks its tile shape
+// and threading from M); here the weights are packed once, when a model is set up, so each call is a plain stream:
+//
+//  * W is stored as column blocks of NB = 2 vector widths: block b holds W[b*NB : (b+1)*NB, :] transposed, k-major,
+//    so the block is one contiguous run of memory read front to back (pack()).
+//  * Each thread takes a contiguous run of blocks, so it reads one stream of memory front to back, and prefetches
+//    it a few KiB ahead into L2. A tile of up to MT rows of X (14 with AVX-512) walks a block with 2 x MT
+//    accumulators in registers (one broadcast of X[m, k] times two weight vectors): up to MT rows, the weights are
+//    read once for all of them while the fused multiply-adds run in the shadow of the memory stream. More rows run
+//    in balanced tiles over k-chunks of 32 KiB, the later tiles rereading the chunk from L1.
+//  * Every output is one accumulator: fused multiply-adds over k in increasing order, starting from zero, whatever
+//    tile it falls in, however many rows share the call, and however the blocks are split among threads. A row's
+//    result therefore does not depend on M: the logits of a position are the same bits whether it is verified alone
+//    or with 31 others (row invariance). It is not the same order as MKL's, so the bits differ from torch's matmul.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+#include <utility>
+
+namespace {
+
+#if defined(__AVX512F__)
+using vec = __m512;
+constexpr int L = 16, REGS = 32;
+inline vec vzero() { return _mm512_setzero_ps(); }
+inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vec v) { _mm512_storeu_ps(p, v); }
+inline vec vbcast(const float* p) { return _mm512_set1_ps(*p); }
+inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline vec _mm_set1_like(float x) { return _mm512_set1_ps(x); }
+inline vec _mm_sub_like(vec a, vec b) { return _mm512_sub_ps(a, b); }
+constexpr const char* ISA = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+using vec = __m256;
+constexpr int L = 8, REGS = 16;
+inline vec vzero() { return _mm256_setzero_ps(); }
+inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
+inline vec vbcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline vec _mm_set1_like(float x) { return _mm256_set1_ps(x); }
+inline vec _mm_sub_like(vec a, vec b) { return _mm256_sub_ps(a, b); }
+constexpr const char* ISA = "avx2";
+#else
+#error "rows.cpp needs AVX2 with FMA, or AVX-512"
+#endif
+
+constexpr int NV = 2;                          // weight vectors per block
+constexpr int NB = NV * L;                     // output columns per block
+constexpr int MT = (REGS - NV - 2) / NV;       // rows per tile: NV x MT accumulators + NV weights + broadcasts
+constexpr int64_t KC = 256;                    // k per chunk when M needs more than one tile (32 KiB on AVX-512)
+constexpr int64_t AHEAD = 4096;                // bytes of weights prefetched (into L2) ahead of the first tile
+
+// rows [m0, m0 + mt) of one block, k in [k0, k1); `first`: the accumulators start from zero, else from Y
+template <int mt>
+void tile(const float* P, const float* X, float* Y, int64_t K, int64_t ldy, int64_t m0, int64_t k0, int64_t k1,
+          bool first, bool lead) {
+  vec acc[mt][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < mt; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = first ? vzero() : vload(Y + (m0 + i) * ldy + v * L);
+  const float* x = X + m0 * K;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* w = P + k * NB;
+    if (lead) {  // the first tile over a chunk reads it from memory: keep the stream ahead of it in flight
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(w + v * L) + AHEAD, _MM_HINT_T1);
+    }
+    vec wv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) wv[v] = vload(w + v * L);
+#pragma GCC unroll 32
+    for (int i = 0; i < mt; ++i) {
+      const vec xb = vbcast(x + i * K + k);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = vfma(wv[v], xb, acc[i][v]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < mt; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) vstore(Y + (m0 + i) * ldy + v * L, acc[i][v]);
+}
+
+using tile_fn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);
+template <std::size_t... I>
+constexpr std::array<tile_fn, sizeof...(I)> tiles(std::index_sequence<I...>) { return {&tile<int(I) + 1>...}; }
+constexpr auto TILES = tiles(std::make_index_sequence<MT>{});  // TILES[mt - 1] handles mt rows
+
+}  // namespace
+
+// W [N, K] -> [ceil(N / NB), K, NB]: block b, row k holds W[b*NB : b*NB + NB, k] (zeros past N)
+torch::Tensor pack(torch::Tensor w) {
+  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == torch::kFloat && w.dim() == 2,
+              "rows.pack: a float32 CPU matrix [N, K], got ", w.scalar_type(), " with ", w.dim(), " dims");
+  const int64_t N = w.size(0), K = w.size(1), blocks = (N + NB - 1) / NB;
+  auto padded = torch::zeros({blocks * NB, K}, w.options());
+  padded.narrow(0, 0, N).copy_(w);
+  return padded.view({blocks, NB, K}).transpose(1, 2).contiguous();
+}
+
+torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::optional<torch::Tensor> b) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat, "rows.linear: float32 CPU input only");
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == NB && packed.is_contiguous(),
+              "rows.linear: weight must come from rows.pack");
+  const int64_t blocks = packed.size(0), K = packed.size(1);
+  TORCH_CHECK(x.size(-1) == K, "rows.linear: input's last dimension ", x.size(-1), " != weight's ", K);
+  TORCH_CHECK(N > (blocks - 1) * NB && N <= blocks * NB, "rows.linear: N = ", N, " does not match the packing");
+  auto shape = x.sizes().vec();
+  shape.back() = N;
+  auto X = x.reshape({-1, K}).contiguous();
+  const int64_t M = X.size(0), ldy = blocks * NB;
+  auto Y = torch::empty({M, ldy}, x.options());
+  const float* Pp = packed.data_ptr<float>();
+  const float* Xp = X.data_ptr<float>();
+  float* Yp = Y.data_ptr<float>();
+  // balanced tiles: 40 rows run as 20 + 20, not 28 + 12
+  const int64_t tiles_n = (M + MT - 1) / MT, rows_per = (M + tiles_n - 1) / tiles_n;
+  const int64_t kc = tiles_n == 1 ? K : KC;  // one tile streams the whole block; more reuse a chunk from L1
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {  // contiguous runs of blocks per thread
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const float* P = Pp + blk * K * NB;
+      float* Yb = Yp + blk * NB;
+      for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        const int64_t k1 = std::min(K, k0 + kc);
+        for (int64_t m0 = 0, t = 0; m0 < M; m0 += rows_per, ++t)
+          TILES[std::min(rows_per, M - m0) - 1](P, Xp, Yb, K, ldy, m0, k0, k1, k0 == 0, t == 0);
+      }
+    }
+  });
+  auto out = ldy == N ? Y : Y.narrow(1, 0, N).contiguous();
+  if (b.has_value() && b->defined()) out.add_(*b);
+  return out.view(shape);
+}
+
+// -- attention over the cache, one query row at a time -----------------------------------------------------------
+// out[b, t, h] = softmax_s(q[b, h, t] . k[b, h / G, s] * scale + mask[t, s]) v[b, h / G, s] over the keys s that
+// the mask leaves open (all of them without a mask), in increasing s, in three passes over a row's scores (max, sum
+// of exponentials, weighted sum of values). Blocked keys are skipped, not added as zeros, so a query's result
+// depends only on the keys it sees: the same bits whether the pass holds 1 query or 32, whatever the cache's
+// capacity or the other queries' masks.
+namespace {
+
+// e^x for a vector: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n
+// from the exponent bits; within 2 ulp of expf on [-87, 88], 0 below
+inline vec vexp(vec x) {
+#if defined(__AVX512F__)
+  const vec hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-87.3365478515625f);
+  x = _mm512_min_ps(x, hi);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  const vec n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+  vec r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  vec p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(~under, p, _mm512_castsi512_ps(e));
+#else
+  const vec hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+  x = _mm256_min_ps(x, hi);
+  const vec under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const vec n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  vec r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  vec p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+#endif
+}
+
+inline float hsum(vec v) {  // the same fixed tree of adds over the lanes for every call
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps(v);
+#else
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+#endif
+}
+
+}  // namespace
+
+torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
+                        double scale) {
+  TORCH_CHECK(q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat && v.scalar_type() == torch::kFloat
+              && q.device().is_cpu(), "rows.attention: float32 CPU tensors only");
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(), "rows.attention: q [B, H, T, D], k and v [B, Hkv, S, D]");
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hk = k.size(1), S = k.size(2);
+  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hk > 0 && H % Hk == 0 && D % L == 0,
+              "rows.attention: shapes do not match (head size must be a multiple of ", L, ")");
+  auto Q = q.contiguous(), Kc = k.contiguous(), Vc = v.contiguous();
+  torch::Tensor Mk;
+  const float* Mp = nullptr;
+  int64_t mb = 0, mt = 0;  // mask strides over batch and query rows (keys contiguous)
+  if (mask.has_value() && mask->defined()) {
+    TORCH_CHECK(mask->dim() == 4 && mask->size(1) == 1 && mask->size(2) == T && mask->size(3) >= S
+                && (mask->size(0) == B || mask->size(0) == 1)
+                && (mask->scalar_type() == torch::kFloat || mask->scalar_type() == torch::kBool),
+                "rows.attention: mask must be float32 (additive) or bool (true: attend) [B or 1, 1, T, >= S]");
+    Mk = mask->narrow(3, 0, S);
+    if (Mk.scalar_type() == torch::kBool)  // true -> 0, false -> blocked
+      Mk = torch::zeros(Mk.sizes(), q.options()).masked_fill_(Mk.logical_not(), -INFINITY);
+    Mk = Mk.contiguous();
+    Mp = Mk.data_ptr<float>();
+    mb = Mk.size(0) == 1 ? 0 : T * S;
+    mt = S;
+  }
+  auto out = torch::empty({B, T, H, D}, q.options());
+  const float *Qp = Q.data_ptr<float>(), *Kp = Kc.data_ptr<float>(), *Vp = Vc.data_ptr<float>();
+  float* Op = out.data_ptr<float>();
+  const int64_t G = H / Hk;
+  const float sc = float(scale), blocked = -1e30f;
+  at::parallel_for(0, B * H * T, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> score(S + L);
+    std::vector<int64_t> keep(S);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / (H * T), h = (item / T) % H, t = item % T;
+      const float* qr = Qp + ((b * H + h) * T + t) * D;
+      const float* kb = Kp + (b * Hk + h / G) * S * D;
+      const float* vb = Vp + (b * Hk + h / G) * S * D;
+      const float* mr = Mp ? Mp + b * mb + t * mt : nullptr;
+      int64_t n = 0;
+      float mx = -INFINITY;
+      for (int64_t s = 0; s < S; ++s) {
+        if (mr && mr[s] < blocked) continue;
+        vec acc = vzero();
+        for (int64_t d = 0; d < D; d += L) acc = vfma(vload(qr + d), vload(kb + s * D + d), acc);
+        const float x = hsum(acc) * sc + (mr ? mr[s] : 0.0f);
+        score[n] = x;
+        keep[n++] = s;
+        mx = std::max(mx, x);
+      }
+      float* o = Op + ((b * T + t) * H + h) * D;
+      if (n == 0) {  // a fully masked row (padding): zeros, as a softmax over nothing has no value
+        std::fill(o, o + D, 0.0f);
+        continue;
+      }
+      std::fill(score.begin() + n, score.begin() + ((n + L - 1) / L) * L, -INFINITY);
+      const vec vmx = _mm_set1_like(mx);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; i += L) {
+        const vec e = vexp(_mm_sub_like(vload(&score[i]), vmx));
+        vstore(&score[i], e);
+      }
+      for (int64_t i = 0; i < n; ++i) sum += score[i];
+      for (int64_t d = 0; d < D; d += L) {
+        vec acc = vzero();
+        for (int64_t i = 0; i < n; ++i) acc = vfma(vbcast(&score[i]), vload(vb + keep[i] * D + d), acc);
+        vstore(o + d, acc);
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+    }
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("attention", &attention, "attention of each query row over the keys its mask leaves open, row-invariant");
+  m.def("pack", &pack, "weights [N, K] packed into column blocks for rows.linear");
+  m.def("linear", &linear, "few-row matrix product against packed weights, row-invariant");
+  m.attr("ISA") = ISA;
+  m.attr("BLOCK") = NB;
+  m.attr("ROWS_PER_TILE") = MT;
+  m.attr("LANES") = L;
+}

@@ -1,0 +1,145 @@
+"""The CPU verify kernel (specdec_core/kernels): close to torch's numbers, and row-invariant, with a mutant the
+invariance check is shown to catch; the whole pass of the embedded target gives a position the same logits alone
+or with 31 others, so float32 greedy speculation equals autoregressive decoding token for token."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import specdec_core as sd
+from specdec_core import kernels
+from specdec_core.lm import CachedLM
+
+rows = kernels.load()
+needs_kernel = pytest.mark.skipif(rows is None, reason=f"the CPU kernel is unavailable: {kernels.failure()}")
+
+
+def invariant_rows(fn, x) -> list[int]:
+    """The row counts m at which some row of ``fn(x[:m])`` differs, in any bit, from the same row in ``fn(x)``."""
+    full = fn(x)
+    return [m for m in range(1, x.shape[0]) if not torch.equal(fn(x[:m]), full[:m])]
+
+
+@needs_kernel
+@pytest.mark.parametrize("N,K", [(576, 576), (100, 37), (49152 // 64, 576), (33, 1536)])
+def test_linear_matches_float64(N, K):
+    g = torch.Generator().manual_seed(N * 7 + K)
+    w, b = torch.randn(N, K, generator=g), torch.randn(N, generator=g)
+    x = torch.randn(40, K, generator=g)
+    exact = F.linear(x.double(), w.double(), b.double())
+    ours = rows.linear(x, rows.pack(w), N, b)
+    theirs = F.linear(x, w, b)
+    err, ref_err = (ours - exact).abs().max().item(), (theirs - exact).abs().max().item()
+    # both are float32 sums of K products: the same size of error (a wrong index would be off by O(sqrt K))
+    assert err <= 4 * ref_err + 1e-6, f"kernel error {err:.2e} against torch's {ref_err:.2e}"
+
+
+@needs_kernel
+def test_linear_is_row_invariant_and_the_check_catches_a_mutant():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(300, 576, generator=g)
+    x = torch.randn(40, 576, generator=g)  # past one tile: balanced tiles over k-chunks too
+    p = rows.pack(w)
+    assert invariant_rows(lambda a: rows.linear(a, p, 300, None), x) == []
+
+    def mutant(a):  # a kernel whose summation order follows the row count (split k from 5 rows on)
+        if a.shape[0] < 5:
+            return rows.linear(a, p, 300, None)
+        h = 288
+        return rows.linear(a[:, :h].contiguous(), rows.pack(w[:, :h].contiguous()), 300, None) + \
+            rows.linear(a[:, h:].contiguous(), rows.pack(w[:, h:].contiguous()), 300, None)
+    assert invariant_rows(mutant, x), "the invariance check did not see a row-count-dependent summation order"
+
+
+@needs_kernel
+def test_bad_input_is_named():
+    p = rows.pack(torch.randn(64, 32))
+    with pytest.raises(RuntimeError, match="last dimension"):
+        rows.linear(torch.randn(2, 31), p, 64, None)
+    with pytest.raises(RuntimeError, match="float32"):
+        rows.pack(torch.randn(4, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="max_rows"):
+        kernels.install(torch.nn.Linear(4, 4), max_rows=0)
+    with pytest.raises(ValueError, match=kernels.ENV):
+        kernels.choose(torch.nn.Linear(4, 4), mode="fastest")
+
+
+@needs_kernel
+def test_attention_matches_sdpa_and_each_query_sees_only_its_keys():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, h, n, 64, generator=g) for h, n in ((9, 6), (3, 40), (3, 40)))
+    blocked = torch.rand(1, 1, 6, 40, generator=g) < 0.3  # a tree-like mask: any pattern
+    blocked[..., 0] = False
+    mask = torch.zeros(1, 1, 6, 40).masked_fill_(blocked, torch.finfo(torch.float32).min)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    for m in (mask, ~blocked):  # additive float and boolean (True: attend) masks
+        out = rows.attention(q, k, v, m, 64 ** -0.5)
+        assert (out - ref).abs().max() < 1e-5
+    full = rows.attention(q, k, v, mask, 64 ** -0.5)
+    for t in range(6):  # one query alone, with only the keys it sees: the same bits
+        seen = (~blocked[0, 0, t]).nonzero().flatten()
+        alone = rows.attention(q[:, :, t:t + 1], k[:, :, seen], v[:, :, seen], None, 64 ** -0.5)
+        assert torch.equal(alone[:, 0], full[:, t])
+
+
+@needs_kernel
+def test_rows_linear_repacks_when_the_weight_changes():
+    lin = torch.nn.Linear(48, 40)
+    kernels.install(lin)
+    x = torch.randn(3, 48)
+    with torch.no_grad():
+        before = lin(x)
+        lin.weight.add_(1.0)
+        after = lin(x)
+    assert torch.allclose(after, F.linear(x, lin.weight, lin.bias), atol=1e-5) and not torch.allclose(before, after)
+    y = torch.randn(3, 48, requires_grad=True)
+    lin(y).sum().backward()  # with gradients torch's path runs
+    assert y.grad is not None
+    kernels.uninstall(lin)
+    assert type(lin) is torch.nn.Linear
+
+
+def test_no_compiler_falls_back_with_a_one_line_notice(capsys):
+    def broken(*a, **kw):
+        raise RuntimeError("Ninja is required to load C++ extensions\nerror: command 'c++' not found")
+    built = kernels.build(builder=broken)
+    assert built[0] is None and "c++" in built[1]
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    assert kernels.choose(model, mode="auto", built=built) == "torch"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch's matmul" in err[0] and "c++" in err[0], err
+    assert kernels.path_of(model) == "torch" and type(model[0]) is torch.nn.Linear
+
+
+@pytest.fixture(scope="module")
+def smol_rows(smol):
+    """The embedded target on the kernel path whatever the calibration chose (restored after)."""
+    if rows is None:
+        pytest.skip(f"the CPU kernel is unavailable: {kernels.failure()}")
+    was = kernels.path_of(smol.target)
+    kernels.install(smol.target)
+    yield smol
+    if was != "rows":
+        kernels.uninstall(smol.target)
+
+
+def test_a_position_gets_the_same_logits_alone_or_with_31_others(smol_rows):
+    pair = smol_rows
+    ids = pair.tokenizer("The quick brown fox jumps over the lazy dog. " * 6, return_tensors="pt").input_ids[0]
+    lm = CachedLM(pair.target, 128)
+    with torch.no_grad():
+        lm.forward(ids[:20])
+        together = lm.forward(ids[20:52], commit=0)
+        prefix = [j for j in range(32) if not torch.equal(lm.forward(ids[20:21 + j], commit=0)[-1], together[j])]
+        stepwise = [j for j in range(32) if not torch.equal(lm.forward(ids[20 + j:21 + j])[-1], together[j])]
+    assert prefix == [] and stepwise == [], (prefix, stepwise)
+
+
+def test_float32_greedy_speculation_equals_autoregressive_with_no_near_tie_excuses(smol_rows, smol_prompt):
+    pair = smol_rows
+    ar = sd.generate(pair.target, smol_prompt, max_new_tokens=40)
+    for method, drafter in (("linear", "model"), ("linear", "ngram"), ("tree", "model")):
+        if drafter not in pair.drafters:
+            continue
+        out = sd.generate(pair.target, smol_prompt, drafter=pair.drafters[drafter], method=method, k=4,
+                          max_new_tokens=40)
+        assert out.tokens == ar.tokens, f"{method}:{drafter} departs from autoregressive decoding"
