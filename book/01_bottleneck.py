@@ -43,7 +43,7 @@ copy_mib = 512            # copy-bandwidth buffer (MiB); well above the last-lev
 gemm_n = 2048             # square matmul for the FLOP ceiling (a GPU uses at least 8192)
 prompt_len = 128          # prefill-vs-decode staircase: prompt tokens
 decode_len = 32           # ... and generated tokens
-blas_token_counts = [1, 2, 3, 5, 8, 16]  # T compared under the default MKL kernels and with MKL_CBWR set to AUTO (CPU only)
+blas_token_counts = [1, 2, 3, 5, 9, 17, 25]  # T compared under MKL's default, MKL_CBWR=AUTO and the library's kernel (CPU only)
 scale_models = ["0.5b", "1b"]  # random-weight Llama shapes (profiling.LLAMA_SHAPES); "3b", "8b" on a GPU
 scale_token_counts = [1, 4, 16, 64, 256]
 scale_repeats = 3
@@ -71,6 +71,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
+from specdec_core import kernels
 from specdec_core.lm import CachedLM
 from specdec_core.study import blas, hardware, report
 from specdec_core.tools import book
@@ -135,7 +136,7 @@ rows = []
 for n in book.progress(thread_counts, desc="threads"):
     torch.set_num_threads(n)
     pf.at_context(lm, S0)
-    s = pf.time_interleaved({"t(1)": pf.pass_fn(lm, 1, arch.V), "bare matmuls M=1": pf.matmul_chain(weights, 1)},
+    s = pf.time_interleaved({"t(1)": pf.pass_fn(lm, 1, arch.V), "bare matmuls M=1": pf.linear_chain(target, 1)},
                             repeats=max(3, repeats), warmup=warmup, device=dev)
     for r in pf.summarize(s).itertuples():
         rows.append(dict(threads=n, what=r.name, median_ms=1e3 * r.median, q25_ms=1e3 * r.q25, q75_ms=1e3 * r.q75))
@@ -264,7 +265,7 @@ for S in book.progress(context_lengths, desc="contexts"):
     samples.append(s.assign(S=S))
 samples = pd.concat(samples).rename(columns={"name": "T"})
 ch.save(samples, "pass_samples")
-mm_curve = pf.summarize(pf.time_interleaved({T: pf.matmul_chain(weights, T) for T in token_counts},
+mm_curve = pf.summarize(pf.time_interleaved({T: pf.linear_chain(target, T) for T in token_counts},
                                             repeats=repeats, warmup=warmup, device=dev))
 mm_curve = mm_curve.rename(columns={"name": "T"}).sort_values("T").reset_index(drop=True)
 mm_curve["ratio"] = mm_curve["median"] / mm_curve["median"].iloc[0]
@@ -317,13 +318,26 @@ print("T whose median pass timed slower than a pass over more tokens (a kernel s
 # verification pass) on one thread however many are allowed; then a 2-row product costs about two
 # matrix-vector products. `MKL_CBWR=AUTO` (MKL's reproducible mode: the best path for this CPU, a fixed
 # summation order) can spread those products over the threads instead (a one-token pass is a matrix-vector
-# product, bound by memory either way). Which path is faster, and by how much, depends on the CPU: the
-# figure and the line under it say what this machine measured.
-# `import specdec_core` sets it unless the variable is already set (`MKL_CBWR=` keeps MKL's default);
-# the rest of the book, our decoders and transformers' alike, runs with it. MKL reads the variable once
-# per process, so each setting is timed in a fresh subprocess (`specdec_core.study.blas.compare_paths`), one
-# after the other, at every thread count compared in section 2. The figure shows t(T)/t(1) under each
-# setting, for the model's passes and for its bare matmuls.
+# product, bound by memory either way). `import specdec_core` sets it unless the variable is already set
+# (`MKL_CBWR=` keeps MKL's default).
+#
+# Even then, a general matrix-multiply library is built for large products: on every call it copies both
+# operands into panels shaped for its inner kernel and picks a tile shape and a split over threads from M,
+# N and K. With M = 4 the panels and tiles are mostly empty, and on some CPUs (the 2-core Intel Xeon with
+# AVX-512 this chapter was written on among them) a 5-token pass then costs well over one pass, though it
+# reads the same weights. The library's CPU kernel (`specdec_core/kernels/rows.cpp`) is built for exactly
+# this shape: the weights are packed once, when the model loads, into column blocks each thread streams
+# front to back; a tile of up to 14 token rows (AVX-512) keeps its partial sums in registers, so the
+# weights are read once for all rows while the multiply-adds run in the shadow of the memory stream; the
+# attention over the cache runs each query over the keys its mask leaves open, in a fixed order. Every output
+# is one accumulator in a fixed order, so a position's logits do not depend on how many positions share the
+# pass (row invariance: `tests/test_kernels.py`). At its first load on a machine the library times both
+# paths on the target's own layers and keeps the kernel only where it wins (cached in `build/kernels/`,
+# printed once; `SPECDEC_CPU_KERNEL=rows|torch` overrides); the whole book runs on the path it chose.
+#
+# MKL reads its variable once per process, so each setting is timed in a fresh subprocess
+# (`specdec_core.study.blas.compare_paths`), one after the other, at every thread count compared in section
+# 2. The figure shows t(T)/t(1) under each, for the model's passes and for its bare matmuls.
 
 # %%
 if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
@@ -335,7 +349,7 @@ if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
     g.set(xscale="log", xlabel="new tokens per pass T", ylabel="t(T) / t(1)")
     for ax in g.axes.flat:
         ax.axhline(1, color="black", lw=0.8)
-    g.fig.suptitle(f"{model}, {dtype}, {tag}: MKL's default choices vs MKL_CBWR=AUTO", y=1.04)
+    g.fig.suptitle(f"{model}, {dtype}, {tag}: the CPU paths of a pass over T tokens", y=1.04)
     ch.savefig(g.fig, "blas_paths")
     print("pass over T tokens / one-token pass, per setting and thread count:")
     print(blas_df[blas_df.what == "pass"].pivot_table(index="T", columns=["threads", "setting"],
@@ -343,35 +357,33 @@ if dev.type == "cpu" and "mkl" in torch.__config__.show().lower():
 else:
     blas_df = None
     print(f"{tag}: torch's matmuls here do not go through MKL on a CPU; nothing to compare")
+print(f"the library runs this target on: {kernels.path_of(target)} "
+      f"({'the CPU kernel' if kernels.path_of(target) == 'rows' else 'torch'}'s matmuls for passes of few tokens)")
 
 # %% [markdown]
-# What that difference is on this run's CPU, at the thread count the chapter uses (computed from the table):
+# What the paths cost on this run's CPU, at the thread count the chapter uses, and how the one-token pass of
+# each compares with reading the weights once at the copy bandwidth of section 1 (computed from the table):
 
 # %%
 if blas_df is not None:
-    bp = blas_df[(blas_df.what == "pass") & (blas_df.threads == n_threads) & (blas_df["T"] > 1)]
+    bp = blas_df[(blas_df.what == "pass") & (blas_df.threads == n_threads)]
     cmp_ = bp.pivot_table(index="T", columns="setting", values="ratio")
-    if cmp_.shape[1] == 2:
-        dflt = "MKL default"
-        auto = next(c for c in cmp_.columns if c != dflt)
-        extra = cmp_[dflt] / cmp_[auto] - 1
-        display(Markdown(
-            f"On {n_threads} thread(s), a T-token pass costs " + ", ".join(
-                f"{cmp_.loc[T, dflt]:.2f} (T = {T})" for T in cmp_.index) + " one-token passes under MKL's default "
-            "choices and " + ", ".join(f"{cmp_.loc[T, auto]:.2f}" for T in cmp_.index) + f" under {auto}: "
-            + (f"the default costs a verification pass {100 * extra.min():.1f}–{100 * extra.max():.1f}% more."
-               if (extra > 0).all() else
-               f"{auto} costs a verification pass {-100 * extra.max():.1f}–{-100 * extra.min():.1f}% more "
-               "than the default, at every T measured, on this CPU." if (extra < 0).all() else
-               f"the two settings differ by {100 * extra.min():+.1f}% to {100 * extra.max():+.1f}%, "
-               "not one way only, on this CPU.")))
+    t1 = bp[bp["T"] == 1].set_index("setting")["median"]
+    floor_s = c1["weight_bytes"] / BW
+    lines = [f"- **{name}**: a T-token pass costs " + ", ".join(
+        f"{cmp_.loc[T, name]:.2f} (T = {T})" for T in cmp_.index if T > 1) + " one-token passes; its one-token "
+        f"pass takes {1e3 * t1[name]:.1f} ms, {t1[name] / floor_s:.2f}× the weights' read at the copy bandwidth "
+        f"({1e3 * floor_s:.1f} ms)" for name in cmp_.columns]
+    best = {T: cmp_.loc[T].idxmin() for T in cmp_.index if T > 1}
+    display(Markdown("\n".join(lines) + "\n\nCheapest verify ratio: " + ", ".join(
+        f"T = {T}: {name}" for T, name in best.items()) + "."))
 else:
     print("no MKL on this device: nothing to compare")
 
 # %% [markdown]
-# Chapters 3–6 decode by default on every core with `MKL_CBWR=AUTO`; rerun one with
-# `MKL_CBWR=` in the environment to see its speedups under MKL's default choice. (The rest of *this*
-# chapter runs on every core too, section 2.)
+# Chapters 3–6 decode by default on every core, with `MKL_CBWR=AUTO` and on the CPU path the calibration
+# chose; rerun one with `SPECDEC_CPU_KERNEL=torch` (or `MKL_CBWR=`) in the environment to see its speedups on
+# the other path. (The rest of *this* chapter runs on every core too, section 2.)
 
 # %% [markdown]
 # The roofline picture: each measured pass placed by its arithmetic intensity (x) and the FLOP rate it

@@ -20,12 +20,14 @@ import os
 import subprocess
 import sys
 
+from .. import kernels
 from ..lm import CachedLM
 from ..models import load_pair
 from . import profiling as pf
 
 VAR = "MKL_CBWR"
 DEFAULT = "AUTO"
+KERNEL = "rows kernel"  # compare_paths' label for the library's CPU verify kernel
 
 
 def mode() -> str:
@@ -39,11 +41,11 @@ def _pass_times(model: str, token_counts: list[int], context: int, repeats: int,
     the timings at a small size."""
     import torch
 
-    target = load_pair(model).target
+    target = load_pair(model).target  # on the path $SPECDEC_CPU_KERNEL names (compare_paths sets it)
     lm = CachedLM(target, context + max(token_counts))
     pf.at_context(lm, context)
     fns = {("pass", T): pf.pass_fn(lm, T, target.config.vocab_size) for T in token_counts}
-    fns |= {("bare matmuls", T): pf.matmul_chain(pf.model_linears(target), T) for T in token_counts}
+    fns |= {("bare matmuls", T): pf.linear_chain(target, T) for T in token_counts}
     rows, default = [], torch.get_num_threads()
     for n in threads:
         torch.set_num_threads(n or default)
@@ -56,9 +58,12 @@ def _pass_times(model: str, token_counts: list[int], context: int, repeats: int,
 def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16), context: int = 128,
                   repeats: int = 5, threads: int | list[int] = 0, settings: dict | None = None, timeout: float = 900,
                   run=subprocess.run):
-    """Time passes and the bare matmuls under each MKL setting, one fresh subprocess per setting.
+    """Time passes and the bare matmuls under each path, one fresh subprocess per setting.
 
-    ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch); ``threads``: a torch thread
+    ``settings``: label -> value of ``MKL_CBWR`` (``""`` = MKL's default dispatch; torch's matmul, not the
+    library's CPU kernel) or a dict of environment variables (the default's third setting, the kernel of
+    :mod:`specdec_core.kernels`: ``MKL_CBWR=AUTO`` and ``SPECDEC_CPU_KERNEL=rows``; left out where it cannot
+    be built here); ``threads``: a torch thread
     count or a list of them, timed one after the other in each setting's subprocess (0: torch's default).
     Returns a long DataFrame ``setting, what, T, median, q25, q75, ratio, threads`` (ratio = median / the median at
     T = 1 of the same setting, kind and thread count). The subprocesses run one after the other, never at the same
@@ -66,20 +71,25 @@ def compare_paths(model: str = "smollm2-135m", token_counts=(1, 2, 3, 5, 8, 16),
     """
     import pandas as pd
 
-    settings = settings or {"MKL default": "", f"{VAR}={DEFAULT}": DEFAULT}
+    if settings is None:
+        settings = {"MKL default": "", f"{VAR}={DEFAULT}": DEFAULT}
+        if kernels.load() is not None:
+            settings[KERNEL] = {VAR: DEFAULT, kernels.ENV: "rows"}
     token_counts = sorted(set(token_counts) | {1})
     threads = [threads] if isinstance(threads, int) else list(threads)
     if not threads or any(not isinstance(n, int) or n < 0 for n in threads):
         raise ValueError(f"threads must be a count >= 0 (0: torch's default) or a list of them, got {threads}")
     rows = []
     for label, value in settings.items():
-        env = dict(os.environ, **{VAR: value})
+        extra = value if isinstance(value, dict) else {VAR: value, kernels.ENV: "torch"}
+        env = dict(os.environ, **extra)
         args = json.dumps(dict(model=model, token_counts=token_counts, context=context, repeats=repeats,
                                threads=threads))
         res = run([sys.executable, "-m", "specdec_core.study.blas", args], env=env, capture_output=True,
                   text=True, timeout=timeout)
         if res.returncode != 0:
-            raise RuntimeError(f"timing under {VAR}={value!r} failed:\n{res.stderr[-2000:]}")
+            said = " ".join(f"{k}={v!r}" for k, v in extra.items())
+            raise RuntimeError(f"timing under {said} failed:\n{res.stderr[-2000:]}")
         rows += [dict(r, setting=label) for r in json.loads(res.stdout.strip().splitlines()[-1])]
     df = pd.DataFrame(rows)
     key = ["setting", "what", "threads"]
