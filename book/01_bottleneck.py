@@ -43,7 +43,7 @@ copy_mib = 512            # copy-bandwidth buffer (MiB); well above the last-lev
 gemm_n = 2048             # square matmul for the FLOP ceiling (a GPU uses at least 8192)
 prompt_len = 128          # prefill-vs-decode staircase: prompt tokens
 decode_len = 32           # ... and generated tokens
-blas_token_counts = [1, 2, 3, 5, 9, 17, 25]  # T compared under MKL's default, MKL_CBWR=AUTO and the library's kernel (CPU only)
+blas_token_counts = [1, 2, 3, 5, 9, 17, 25]  # T compared under the MKL default, MKL_CBWR AUTO and the library kernel (CPU only)
 scale_models = ["0.5b", "1b"]  # random-weight Llama shapes (profiling.LLAMA_SHAPES); "3b", "8b" on a GPU
 scale_token_counts = [1, 4, 16, 64, 256]
 scale_repeats = 3
