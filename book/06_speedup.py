@@ -169,7 +169,7 @@ if len(sweep_runners) == 1:
     print("no usable method in `sweep` (missing drafters): skipping the K sweep; every method keeps its K")
 else:
     sw = bench.run_interleaved(sweep_runners, sweep_prompts, repeats=1, warmup=warmup)
-    ch.save(sw.drop(columns=["accepted_lengths"], errors="ignore"), "sweep_runs")
+    ch.save(sw.drop(columns=["accepted_lengths", "drafted_lengths"], errors="ignore"), "sweep_runs")
     sr = bench.paired_ratios(sw, "autoregressive")
     sr["method"] = sr.runner.str.split("|").str[0]
     sr["K"] = sr.runner.str.split("|").str[1].astype(int)
@@ -253,8 +253,8 @@ for i, temp in enumerate(temperatures):
     df["temperature"] = temp
     frames.append(df)
 runs = pd.concat(frames, ignore_index=True)
-ch.save(runs.drop(columns=["accepted_lengths"], errors="ignore"), "headline_runs")
-_ = bench.write_jsonl(runs.drop(columns=["accepted_lengths"], errors="ignore"), ch.out / "headline_runs.jsonl")
+ch.save(runs.drop(columns=["accepted_lengths", "drafted_lengths"], errors="ignore"), "headline_runs")
+_ = bench.write_jsonl(runs.drop(columns=["accepted_lengths", "drafted_lengths"], errors="ignore"), ch.out / "headline_runs.jsonl")
 k_of = {name: spec["k"] for name, spec in methods.items()} | {n: k for n, k in peer_k.items() if k is not None}
 
 # %% [markdown]

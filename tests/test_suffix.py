@@ -112,6 +112,11 @@ def test_eviction_is_oldest_first_and_takes_the_counts_back():
     off = fresh(max_cached_requests=0)  # no memory across requests
     off.finish([1], a)
     assert not off.cached and off.global_trie.counts() == {}
+    frozen = fresh()
+    frozen.finish([1], a)
+    frozen.learn = False  # a warm memory, frozen: a timed request's answer is not learned
+    frozen.finish([1], b)
+    assert list(frozen.cached) == [a] and frozen.global_trie.counts() == reference_counts([a], frozen.max_tree_depth)
 
 
 # -- the proposal ---------------------------------------------------------------------------------------------------
@@ -176,6 +181,7 @@ def test_sampling_laws_are_one_hot():
     (dict(min_token_prob=-0.1), "min_token_prob"), (dict(min_token_prob=1.5), "min_token_prob"),
     (dict(max_tree_depth=0), "max_tree_depth"), (dict(max_tree_depth=2.5), "max_tree_depth"),
     (dict(max_cached_requests=-1), "max_cached_requests"), (dict(max_spec_offset=float("nan")), "max_spec_offset"),
+    (dict(learn=1), "learn"),
 ])
 def test_bad_arguments_are_refused(kw, name):
     with pytest.raises(ValueError, match=name):

@@ -195,7 +195,9 @@ class SuffixDrafter(Drafter):
     ``max_tree_depth``: the longest suffix indexed (a match of m tokens continues for at most ``max_tree_depth − m``);
     ``max_spec_factor``, ``max_spec_offset``: a match of m tokens drafts at most ``⌊offset + factor · m⌋`` tokens
     (and at most ``k``); ``min_token_prob``: the least path probability a drafted token may have;
-    ``max_cached_requests``: how many finished requests' outputs the global trie keeps (0: none).
+    ``max_cached_requests``: how many finished requests' outputs the global trie keeps (0: none); ``learn``: whether
+    ``finish`` adds a finished output to it (False freezes the memory: a benchmark's warm drafter, built from
+    training requests, must not learn the answers of the evaluation requests it is timed on).
     Defaults are vLLM's (``max_tree_depth`` 24, ``max_spec_factor`` 1, ``min_token_prob`` 0.1, ``max_spec_offset``
     0), but for ``max_cached_requests``: vLLM keeps 10 000 in a C++ structure; here each cached output costs up to
     ``len(output) · max_tree_depth`` Python nodes of a few hundred bytes each, hence 64.
@@ -207,7 +209,7 @@ class SuffixDrafter(Drafter):
     name = "suffix"
 
     def __init__(self, max_tree_depth: int = 24, max_spec_factor: float = 1.0, min_token_prob: float = 0.1,
-                 max_cached_requests: int = 64, max_spec_offset: float = 0.0):
+                 max_cached_requests: int = 64, max_spec_offset: float = 0.0, learn: bool = True):
         if isinstance(max_tree_depth, bool) or not isinstance(max_tree_depth, int) or max_tree_depth < 1:
             raise ValueError(f"max_tree_depth must be an integer >= 1, got {max_tree_depth!r}")
         if not isinstance(max_spec_factor, (int, float)) or not math.isfinite(max_spec_factor) or max_spec_factor <= 0:
@@ -224,6 +226,9 @@ class SuffixDrafter(Drafter):
         self.min_token_prob = float(min_token_prob)
         self.max_cached_requests = max_cached_requests
         self.max_spec_offset = float(max_spec_offset)
+        if not isinstance(learn, bool):
+            raise ValueError(f"learn must be True or False, got {learn!r}")
+        self.learn = learn
         self.cached: deque[list[int]] = deque()  # the global trie's outputs, oldest first
         self.global_trie = SuffixTrie(max_tree_depth)
         self._start([])
@@ -256,9 +261,10 @@ class SuffixDrafter(Drafter):
 
     # -- across requests ---------------------------------------------------------------------------------
     def finish(self, prompt, output):
-        """Keep ``output`` in the global trie (the oldest cached output is evicted beyond ``max_cached_requests``)."""
+        """Keep ``output`` in the global trie (the oldest cached output is evicted beyond ``max_cached_requests``);
+        nothing when ``learn`` is False."""
         output = list(output)
-        if self.max_cached_requests == 0 or not output:
+        if not self.learn or self.max_cached_requests == 0 or not output:
             return
         self.global_trie.extend(output, [])
         self.cached.append(output)

@@ -45,7 +45,8 @@ from ..paths import BUILD, rel
 SOURCE = Path(__file__).with_name("rows.cpp")
 ENV = "SPECDEC_CPU_KERNEL"
 CHOICES = ("auto", "rows", "torch")
-MAX_ROWS = 32  # the longest input the kernel takes: speculation's verify passes (K + 1 <= 32 tokens)
+MAX_ROWS = 64  # the longest input the kernel takes: speculation's verify passes (K + 1 <= 64 tokens or tree nodes)
+CALIBRATION_COUNTS = (1, 2, 5, 9, 17, 25, 33, 49, 64)  # the row counts calibrate() times by default
 
 _module = None  # the compiled extension, once loaded
 _failure: str | None = None  # why it could not be, once tried
@@ -194,7 +195,7 @@ def _chain(weights, M: int, fn):
     return run
 
 
-def calibrate(model: torch.nn.Module, token_counts=(1, 2, 5, 9, 17, 25), repeats: int = 5) -> dict:
+def calibrate(model: torch.nn.Module, token_counts=CALIBRATION_COUNTS, repeats: int = 5) -> dict:
     """Time the model's linear layers as one chain under both paths at each row count, interleaved, median of
     ``repeats``; returns ``{"torch": {T: s}, "rows": {T: s}, "choice": "rows"|"torch", "max_rows": int, ...}``.
 
@@ -240,8 +241,8 @@ def calibrate(model: torch.nn.Module, token_counts=(1, 2, 5, 9, 17, 25), repeats
 
 
 def _signature(model) -> str:
-    shapes = sorted({tuple(m.weight.shape) for m in linears(model)})
-    return hashlib.sha256(repr(shapes).encode()).hexdigest()[:12]
+    shapes = sorted({tuple(m.weight.shape) for m in linears(model)})  # and what a calibration measures
+    return hashlib.sha256(repr((shapes, CALIBRATION_COUNTS, MAX_ROWS)).encode()).hexdigest()[:12]
 
 
 def summary(cal: dict) -> str:

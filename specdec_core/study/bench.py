@@ -68,7 +68,7 @@ def _call_row(r, keep_steps: bool) -> dict:
            "rejections": sum(1 for a, p in zip(acc, prop) if a < p), "target_passes": s.target_passes,
            "decode_s": s.decode_s, "decode_tokens": max(0, len(r.tokens) - 1), **latency_percentiles(s.token_times)}
     if keep_steps:
-        row["accepted_lengths"] = acc
+        row["accepted_lengths"], row["drafted_lengths"] = acc, list(s.drafted)
     return row
 
 
@@ -76,7 +76,7 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
                     **generate_kwargs) -> Runner:
     """A runner calling :func:`specdec_core.generate`; its row carries the speculative counts (accepted,
     rejections, proposed, τ), the decode-loop time and tokens (prefill excluded) and latency percentiles;
-    ``keep_steps`` also keeps the per-step accepted lengths."""
+    ``keep_steps`` also keeps the per-step accepted lengths and the tokens (or tree nodes) each step drafted."""
 
     def run(ids):
         return _call_row(generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
@@ -85,20 +85,24 @@ def generate_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_
 
 
 def decode_runner(target, max_new_tokens: int, temperature: float = 0.0, keep_steps: bool = False,
-                  outputs: dict | None = None, **generate_kwargs) -> Runner:
+                  outputs: dict | None = None, per_prompt: Callable[[torch.Tensor], dict] | None = None,
+                  **generate_kwargs) -> Runner:
     """A runner calling :func:`specdec_core.generate` whose row holds everything :func:`generate_runner`'s
     does, plus the step counts (``steps``, ``draft_passes``), the per-step means ``accepted_per_step`` and
     ``drafted_per_step`` (tokens or tree nodes in a verify pass) and the four phases' seconds
     (``draft_s``, ``verify_s``, ``accept_s``, ``commit_s``). ``outputs``: a dict that receives every call's
-    tokens under the prompt's ids (``tuple(ids.tolist())``), for checking greedy outputs afterwards."""
+    tokens under the prompt's ids (``tuple(ids.tolist())``), for checking greedy outputs afterwards.
+    ``per_prompt``: a function of the prompt's ids returning :func:`~specdec_core.generate` arguments for that
+    call, over the runner's own (a request's ``prediction``, say, or ``method="autoregressive"`` where it has none)."""
 
     def run(ids):
         r = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=0,
-                     **generate_kwargs)
+                     **(generate_kwargs | (per_prompt(ids) if per_prompt is not None else {})))
         s = r.stats
         if outputs is not None:
             outputs[tuple(torch.as_tensor(ids).view(-1).tolist())] = r.tokens
         return {**_call_row(r, keep_steps), "steps": len(s.accepted_lengths), "draft_passes": s.draft_passes,
+                "prediction_accepted": s.prediction_accepted, "prediction_rejected": s.prediction_rejected,
                 "drafting_steps": sum(d > 0 for d in s.drafted),  # a last step with room 1 drafts nothing
                 "accepted_per_step": float(np.mean(s.accepted_lengths)) if s.accepted_lengths else float("nan"),
                 "drafted_per_step": float(np.mean(s.drafted)) if s.drafted else float("nan"),
