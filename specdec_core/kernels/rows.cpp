@@ -1,6 +1,6 @@
 // A few-row matrix product for CPU passes over a few tokens: Y[m, n] = sum_k X[m, k] W[n, k] (+ b[n]).
 //
-// A verification pass multiplies M = 1-32 token rows by every weight matrix of the model. The weights do not fit in
+// A verification pass multiplies M = 1-64 token rows by every weight matrix of the model. The weights do not fit in
 // cache, so the pass is bound by how fast they stream from memory, and should cost about the same for any small M.
 // A general GEMM library tunes for large M (it packs X and W into panels for every call and picks its tile shape
 // and threading from M); here the weights are packed once, when a model is set up, so each call is a plain stream:
@@ -148,7 +148,10 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::opti
 // the mask leaves open (all of them without a mask), in increasing s, in three passes over a row's scores (max, sum
 // of exponentials, weighted sum of values). Blocked keys are skipped, not added as zeros, so a query's result
 // depends only on the keys it sees: the same bits whether the pass holds 1 query or 32, whatever the cache's
-// capacity or the other queries' masks.
+// capacity or the other queries' masks. q, k and v are read through their strides (no copy of the cache's first S
+// positions per layer), a boolean mask directly; the weighted sum of values keeps up to 8 vector accumulators side
+// by side (one per slice of the head), each summing over the kept keys in increasing order, so the passes' latency
+// chains overlap and every output lane is summed in the same order as by one accumulator.
 namespace {
 
 // e^x for a vector: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n
@@ -209,44 +212,56 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hk = k.size(1), S = k.size(2);
   TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hk > 0 && H % Hk == 0 && D % L == 0,
               "rows.attention: shapes do not match (head size must be a multiple of ", L, ")");
-  auto Q = q.contiguous(), Kc = k.contiguous(), Vc = v.contiguous();
+  // q, k and v are read through their strides (a head-major view of the projections, the cache's first S
+  // positions): only the head dimension must be contiguous
+  auto Q = q.stride(3) == 1 ? q : q.contiguous();
+  auto Kc = k.stride(3) == 1 ? k : k.contiguous();
+  auto Vc = v.stride(3) == 1 ? v : v.contiguous();
   torch::Tensor Mk;
-  const float* Mp = nullptr;
-  int64_t mb = 0, mt = 0;  // mask strides over batch and query rows (keys contiguous)
+  const float* Mf = nullptr;     // an additive mask: blocked where < -1e30
+  const bool* Mb = nullptr;      // a boolean one: blocked where false
+  int64_t mb = 0, mt = 0;        // mask strides over batch and query rows (keys contiguous)
   if (mask.has_value() && mask->defined()) {
     TORCH_CHECK(mask->dim() == 4 && mask->size(1) == 1 && mask->size(2) == T && mask->size(3) >= S
                 && (mask->size(0) == B || mask->size(0) == 1)
                 && (mask->scalar_type() == torch::kFloat || mask->scalar_type() == torch::kBool),
                 "rows.attention: mask must be float32 (additive) or bool (true: attend) [B or 1, 1, T, >= S]");
-    Mk = mask->narrow(3, 0, S);
-    if (Mk.scalar_type() == torch::kBool)  // true -> 0, false -> blocked
-      Mk = torch::zeros(Mk.sizes(), q.options()).masked_fill_(Mk.logical_not(), -INFINITY);
-    Mk = Mk.contiguous();
-    Mp = Mk.data_ptr<float>();
-    mb = Mk.size(0) == 1 ? 0 : T * S;
-    mt = S;
+    Mk = mask->stride(3) == 1 ? *mask : mask->contiguous();
+    if (Mk.scalar_type() == torch::kBool) Mb = Mk.data_ptr<bool>(); else Mf = Mk.data_ptr<float>();
+    mb = Mk.size(0) == 1 ? 0 : Mk.stride(0);
+    mt = Mk.stride(2);
   }
   auto out = torch::empty({B, T, H, D}, q.options());
   const float *Qp = Q.data_ptr<float>(), *Kp = Kc.data_ptr<float>(), *Vp = Vc.data_ptr<float>();
+  const int64_t qb = Q.stride(0), qh = Q.stride(1), qt = Q.stride(2);
+  const int64_t kb_ = Kc.stride(0), kh = Kc.stride(1), ks = Kc.stride(2);
+  const int64_t vb_ = Vc.stride(0), vh = Vc.stride(1), vs = Vc.stride(2);
   float* Op = out.data_ptr<float>();
   const int64_t G = H / Hk;
   const float sc = float(scale), blocked = -1e30f;
+  constexpr int CH = 8;  // value chunks accumulated side by side (independent chains, each over s in order)
   at::parallel_for(0, B * H * T, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> score(S + L);
     std::vector<int64_t> keep(S);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (H * T), h = (item / T) % H, t = item % T;
-      const float* qr = Qp + ((b * H + h) * T + t) * D;
-      const float* kb = Kp + (b * Hk + h / G) * S * D;
-      const float* vb = Vp + (b * Hk + h / G) * S * D;
-      const float* mr = Mp ? Mp + b * mb + t * mt : nullptr;
+      const float* qr = Qp + b * qb + h * qh + t * qt;
+      const float* kb = Kp + b * kb_ + (h / G) * kh;
+      const float* vb = Vp + b * vb_ + (h / G) * vh;
+      const int64_t mrow = b * mb + t * mt;
       int64_t n = 0;
       float mx = -INFINITY;
       for (int64_t s = 0; s < S; ++s) {
-        if (mr && mr[s] < blocked) continue;
+        float add = 0.0f;
+        if (Mb) {
+          if (!Mb[mrow + s]) continue;
+        } else if (Mf) {
+          add = Mf[mrow + s];
+          if (add < blocked) continue;
+        }
         vec acc = vzero();
-        for (int64_t d = 0; d < D; d += L) acc = vfma(vload(qr + d), vload(kb + s * D + d), acc);
-        const float x = hsum(acc) * sc + (mr ? mr[s] : 0.0f);
+        for (int64_t d = 0; d < D; d += L) acc = vfma(vload(qr + d), vload(kb + s * ks + d), acc);
+        const float x = hsum(acc) * sc + add;
         score[n] = x;
         keep[n++] = s;
         mx = std::max(mx, x);
@@ -264,10 +279,16 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
         vstore(&score[i], e);
       }
       for (int64_t i = 0; i < n; ++i) sum += score[i];
-      for (int64_t d = 0; d < D; d += L) {
-        vec acc = vzero();
-        for (int64_t i = 0; i < n; ++i) acc = vfma(vbcast(&score[i]), vload(vb + keep[i] * D + d), acc);
-        vstore(o + d, acc);
+      for (int64_t d0 = 0; d0 < D; d0 += CH * L) {
+        const int nc = int(std::min<int64_t>(CH, (D - d0) / L));
+        vec acc[CH];
+        for (int c = 0; c < nc; ++c) acc[c] = vzero();
+        for (int64_t i = 0; i < n; ++i) {
+          const vec w = vbcast(&score[i]);
+          const float* vr = vb + keep[i] * vs + d0;
+          for (int c = 0; c < nc; ++c) acc[c] = vfma(w, vload(vr + c * L), acc[c]);
+        }
+        for (int c = 0; c < nc; ++c) vstore(o + d0 + c * L, acc[c]);
       }
       const float inv = 1.0f / sum;
       for (int64_t d = 0; d < D; ++d) o[d] *= inv;
