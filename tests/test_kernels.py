@@ -92,6 +92,34 @@ def test_attention_matches_sdpa_and_each_query_sees_only_its_keys():
 
 
 @needs_kernel
+def test_attention_reads_strided_views_with_the_same_bits():
+    """q as transformers passes it (a head-major view of [B, T, H, D]) and k, v as the cache's first S positions of a
+    larger buffer: read through their strides, the same bits as from contiguous copies."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 6, 9, 64, generator=g).transpose(1, 2)  # [1, 9, 6, 64], not contiguous
+    cache = torch.randn(2, 1, 3, 64, 64, generator=g)  # k and v buffers of capacity 64, 40 positions filled
+    k, v = cache[0, :, :, :40], cache[1, :, :, :40]
+    mask = torch.rand(1, 1, 6, 48, generator=g) > 0.3  # wider than S, as a cache-sized mask is
+    mask[..., 0] = True
+    got = rows.attention(q, k, v, mask, 0.125)
+    want = rows.attention(q.contiguous(), k.contiguous(), v.contiguous(), mask[..., :40].contiguous(), 0.125)
+    assert not q.is_contiguous() and not k.is_contiguous() and torch.equal(got, want)
+
+
+@needs_kernel
+def test_install_reaches_a_submodule_s_attention_config(smol):
+    """A draft model keeps its trunk's own config: install routes that attention too, uninstall restores it."""
+    from specdec_core.models.draft import DraftModel
+
+    draft = DraftModel.from_target(smol.target, layers=[0], vocab=torch.arange(64))
+    kernels.install(draft)
+    assert draft.trunk.config._attn_implementation == kernels.ROWS_ATTENTION
+    assert isinstance(draft.trunk.layers[0].mlp.up_proj, kernels.RowsLinear)
+    kernels.uninstall(draft)
+    assert draft.trunk.config._attn_implementation == "sdpa" and type(draft.trunk.layers[0].mlp.up_proj) is torch.nn.Linear
+
+
+@needs_kernel
 def test_rows_linear_repacks_when_the_weight_changes():
     lin = torch.nn.Linear(48, 40)
     kernels.install(lin)

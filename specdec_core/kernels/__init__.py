@@ -158,12 +158,22 @@ def install(model: torch.nn.Module, max_rows: int = MAX_ROWS) -> int:
         if isinstance(m, RowsLinear):
             m.max_rows = max_rows
             m.packed()
-    cfg = getattr(model, "config", None)
-    if getattr(cfg, "_attn_implementation", None) in ("sdpa", GQA_SDPA):
-        register_gqa_sdpa()
-        cfg._attn_implementation = ROWS_ATTENTION
+    for cfg in _configs(model):  # the model's and any submodule's (a draft's trunk keeps its own config)
+        if getattr(cfg, "_attn_implementation", None) in ("sdpa", GQA_SDPA):
+            register_gqa_sdpa()
+            cfg._attn_implementation = ROWS_ATTENTION
     model._specdec_kernel = "rows"
     return len(layers)
+
+
+def _configs(model: torch.nn.Module) -> list:
+    """The distinct configs of ``model`` and its submodules (each module's ``config`` attribute, where it has one)."""
+    seen = {}
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and hasattr(cfg, "_attn_implementation"):
+            seen.setdefault(id(cfg), cfg)
+    return list(seen.values())
 
 
 def uninstall(model: torch.nn.Module) -> None:
@@ -173,9 +183,9 @@ def uninstall(model: torch.nn.Module) -> None:
             m.__class__ = torch.nn.Linear
             for attr in ("_packed", "_packed_of", "max_rows"):
                 m.__dict__.pop(attr, None)
-    cfg = getattr(model, "config", None)
-    if getattr(cfg, "_attn_implementation", None) == ROWS_ATTENTION:
-        cfg._attn_implementation = "sdpa"
+    for cfg in _configs(model):
+        if getattr(cfg, "_attn_implementation", None) == ROWS_ATTENTION:
+            cfg._attn_implementation = "sdpa"
     model._specdec_kernel = "torch"
 
 

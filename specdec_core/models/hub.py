@@ -267,7 +267,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         target = _load_hf(path, dtype, device)
     except OSError as e:
         raise ValueError(f"cannot load model {name!r}: {e}") from e
-    if device.type == "cpu" and dtype == torch.float32:
+    kernel_path = device.type == "cpu" and dtype == torch.float32
+    if kernel_path:
         kernels.choose(target)  # the CPU verify path: calibrated once per machine, printed once (kernels/)
     tok = _load_tokenizer(path)
     drafters: dict = {"ngram": NGramDrafter(), "suffix": SuffixDrafter()}
@@ -280,6 +281,11 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         drafters["model"] = ModelDrafter(dmodel)
     elif name in EMBEDDED:
         drafters.update(shipped.load_shipped_drafters(target, dtype=dtype, device=device))
+    if kernel_path:  # a draft model's passes are few-row passes too: the same choice, calibrated for its shapes
+        for d in drafters.values():
+            m = getattr(d, "model", None)
+            if isinstance(m, torch.nn.Module) and m is not target:
+                kernels.choose(m)
     return Pair(target=target, tokenizer=tok, drafters=_with_hybrid(drafters), name=name)
 
 
