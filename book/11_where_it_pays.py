@@ -166,8 +166,19 @@ setting = tr_r[tr_r.runner.str.startswith("suffix cold|")].set_index("runner")["
 book.show(tr_r.set_index("runner"), f"Greedy speedup over autoregressive decoding on {len(grounded_train)} "
           "input-grounded training prompts (median, IQR, n pairs): the candidates K and settings are chosen from.",
           prefill=True)
-display(Markdown(f"Chosen on training prompts: the n-gram drafter at **K = {k_ngram}**, the suffix drafter's "
-                 f"**{setting}** setting ({suffix_settings[setting] or 'max_tree_depth 24, max_spec_factor 1, min_token_prob 0.1'})."))
+def resolved(prefix, chosen):
+    """Whether the choice among the ``prefix`` runners is resolved on these prompts (no rival's IQR reaches it)."""
+    rows = tr_r[tr_r.runner.str.startswith(prefix)].set_index("runner")
+    close = [r.split("|")[1] for r in report.rivals(rows, f"{prefix}{chosen}")]
+    n = int(rows.loc[f"{prefix}{chosen}", "n"])
+    return (report.unresolved(n) if n < report.MIN_PAIRS else
+            f"not resolved on these prompts ({', '.join(close)} reach its IQR)" if close else "resolved on these prompts")
+
+
+display(Markdown(f"Chosen on training prompts: the n-gram drafter at **K = {k_ngram}** ({resolved('n-gram|', k_ngram)}), "
+                 f"the suffix drafter's **{setting}** setting "
+                 f"({suffix_settings[setting] or 'max_tree_depth 24, max_spec_factor 1, min_token_prob 0.1'}; "
+                 f"{resolved('suffix cold|', setting)})."))
 
 # %% [markdown]
 # ## A memory built from training requests

@@ -27,6 +27,7 @@ KEEP = [
     "01_bottleneck/verdict.csv", "01_bottleneck/ceilings.csv", "01_bottleneck/knees.csv", "01_bottleneck/roofline.png",
     "01_bottleneck/blas_paths.csv", "01_bottleneck/blas_paths.png",
     "02_exactness/summary.csv", "02_exactness/mutant_power.csv", "02_exactness/tv_bound.csv",
+    "02_exactness/family_power.csv",
     "02_exactness/audit_toy.csv", "02_exactness/audit_real.csv", "02_exactness/audit_calibration.csv",
     "02_exactness/audit_toy.png", "02_exactness/hybrid_vs_ngram_samples.csv",
     "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
@@ -44,6 +45,10 @@ KEEP = [
     "10_curves/curve.csv", "10_curves/real_drafters.csv", "10_curves/step_budget.csv", "10_curves/draft_phase.csv",
     "10_curves/best_k.csv", "10_curves/breakeven.csv", "10_curves/alpha_needed.csv", "10_curves/gpu_predicted.csv",
     "10_curves/speedup_vs_alpha.png", "10_curves/gpu_predicted.png",
+    "11_where_it_pays/speedup.csv", "11_where_it_pays/speedup_by_task.csv", "11_where_it_pays/training_sweep.csv",
+    "11_where_it_pays/rule_training.csv", "11_where_it_pays/rule.csv", "11_where_it_pays/greedy_identity.csv",
+    "11_where_it_pays/draft_share.csv", "11_where_it_pays/traffic_mix.csv", "11_where_it_pays/speedup_by_task.png",
+    "11_where_it_pays/traffic_mix.png", "11_where_it_pays/draft_lengths.png",
 ]
 
 
