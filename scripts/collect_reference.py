@@ -48,7 +48,7 @@ KEEP = [
     "11_where_it_pays/speedup.csv", "11_where_it_pays/speedup_by_task.csv", "11_where_it_pays/training_sweep.csv",
     "11_where_it_pays/rule_training.csv", "11_where_it_pays/rule.csv", "11_where_it_pays/greedy_identity.csv",
     "11_where_it_pays/draft_share.csv", "11_where_it_pays/traffic_mix.csv", "11_where_it_pays/speedup_by_task.png",
-    "11_where_it_pays/traffic_mix.png", "11_where_it_pays/draft_lengths.png",
+    "11_where_it_pays/traffic_mix.png", "11_where_it_pays/draft_lengths.png", "11_where_it_pays/beside_the_field.csv",
 ]
 
 
