@@ -70,7 +70,6 @@ out_dir = "../build/book/11_where_it_pays"
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
@@ -85,10 +84,6 @@ pair, target, tok = ch.pair, ch.pair.target, ch.pair.tokenizer
 AR = "autoregressive"
 
 
-def encoded(prompts, cls):
-    return [(dict(id=p.id, task=p.task, **{"class": cls}), sd.prompts.encode(pair, p)) for p in prompts]
-
-
 g_eval = sd.prompts.load_grounded("eval", per_task=grounded_per_task)
 g_train_all = sd.prompts.load_grounded("train")
 by_task = {t: [p for p in g_train_all if p.task == t] for t in sd.prompts.GROUNDED_TASKS}
@@ -96,12 +91,14 @@ g_train = [p for ps in by_task.values() for p in ps[:train_per_task]]
 g_memory = [p for ps in by_task.values() for p in ps[train_per_task:train_per_task + memory_per_task]]
 
 
-def cls_of(p):
-    return "prediction" if p.task in prediction_tasks else "grounded"
+def encoded(prompts):
+    """``(meta, ids)`` per grounded prompt; its class: "prediction" where the request carries its passage, else
+    "grounded"."""
+    return [(dict(id=p.id, task=p.task, **{"class": "prediction" if p.task in prediction_tasks else "grounded"}),
+             sd.prompts.encode(pair, p)) for p in prompts]
 
 
-grounded_eval = [(dict(m, **{"class": cls_of(p)}), ids) for p, (m, ids) in zip(g_eval, encoded(g_eval, ""))]
-grounded_train = [(dict(m, **{"class": cls_of(p)}), ids) for p, (m, ids) in zip(g_train, encoded(g_train, ""))]
+grounded_eval, grounded_train = encoded(g_eval), encoded(g_train)
 chat_eval = [(dict(m, **{"class": "chat"}), ids) for m, ids in ch.bench_prompts]
 chat_train_prompts = [(dict(m, **{"class": "chat"}), ids) for m, ids in sd.prompts.sweep_prompts(pair, chat_train)]
 predictions = {tuple(ids.tolist()): grounded.prediction_ids(tok, p)
@@ -286,8 +283,7 @@ ratios = pd.concat([bench.paired_ratios(g, AR, by=["family"]).assign(temperature
 per_task = pd.concat([bench.paired_ratios(g, AR, by=["family", "task"]).assign(temperature=t)
                       for t, g in runs.groupby("temperature")], ignore_index=True)
 spec = runs[(runs.runner != AR) & runs.proposed.notna()]
-alpha = spec.groupby(["temperature", "family", "runner"]).apply(
-    lambda g: g.accepted.sum() / g.proposed.sum() if g.proposed.sum() else np.nan, include_groups=False)
+alpha = bench.pooled_alpha(spec, by=["temperature", "family", "runner"])
 tau = spec.groupby(["temperature", "family", "runner"]).tau.median()
 ratios = ratios.join(alpha.rename("alpha"), on=["temperature", "family", "runner"]).join(
     tau.rename("tau"), on=["temperature", "family", "runner"])
@@ -367,7 +363,7 @@ display(Markdown("The rule on the evaluation prompts: " + "; ".join(
 # %%
 chat_ids = [m["id"] for m, _ in chat_eval]
 g_ids = [m["id"] for m, _ in grounded_eval]
-both = g_all[g_all.runner.isin([n for n in c_runs.runner.unique()])]
+both = g_all[g_all.runner.isin(c_runs.runner.unique())]
 both = both[both.repeat < min(repeats, chat_repeats)]
 mix = grounded.mix_speedup(pd.concat([both, chooser[chooser.repeat < min(repeats, chat_repeats)]]), AR, chat_ids,
                            g_ids, shares, seeds=mix_seeds)

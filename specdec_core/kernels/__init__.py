@@ -159,7 +159,7 @@ def install(model: torch.nn.Module, max_rows: int = MAX_ROWS) -> int:
             m.max_rows = max_rows
             m.packed()
     for cfg in _configs(model):  # the model's and any submodule's (a draft's trunk keeps its own config)
-        if getattr(cfg, "_attn_implementation", None) in ("sdpa", GQA_SDPA):
+        if cfg._attn_implementation in ("sdpa", GQA_SDPA):
             register_gqa_sdpa()
             cfg._attn_implementation = ROWS_ATTENTION
     model._specdec_kernel = "rows"
@@ -184,7 +184,7 @@ def uninstall(model: torch.nn.Module) -> None:
             for attr in ("_packed", "_packed_of", "max_rows"):
                 m.__dict__.pop(attr, None)
     for cfg in _configs(model):
-        if getattr(cfg, "_attn_implementation", None) == ROWS_ATTENTION:
+        if cfg._attn_implementation == ROWS_ATTENTION:
             cfg._attn_implementation = "sdpa"
     model._specdec_kernel = "torch"
 
