@@ -30,6 +30,7 @@ the tokens it is drafting: that is what keeps every method exact. Three drafters
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +94,33 @@ class Drafter:
 
     def accept_path(self, path: list[int]) -> None:
         self.accept(len(path))  # in a chain, node i is the i-th draft token
+
+    def fork(self) -> Drafter:
+        """A twin for one more live decode (the engine forks one per request): it shares model weights and a suffix
+        drafter's memory of earlier requests, and owns its state (held drafters forked; a cache ``lm`` made anew)."""
+        twin = copy.copy(self)
+        for name, inner in vars(self).items():
+            if isinstance(inner, Drafter):
+                setattr(twin, name, inner.fork())
+        twin._owner, twin.lm = None, None
+        return twin
+
+    def claim(self, owner) -> None:
+        """``owner`` (a decode's phases) drives this drafter, and the drafters it holds, from now on."""
+        self._owner = owner
+        for inner in vars(self).values():
+            if isinstance(inner, Drafter):
+                inner.claim(owner)
+
+    def check_owner(self, owner) -> None:
+        """Refuse to draft for ``owner`` when another live decode has claimed this drafter (or one it holds) since."""
+        if getattr(self, "_owner", owner) is not owner:
+            raise RuntimeError(f"the {self.name} drafter was started by another decode while this one is live (two "
+                               "streams or requests sharing one drafter would corrupt each other's state): give "
+                               "each its own, drafter.fork()")
+        for inner in vars(self).values():
+            if isinstance(inner, Drafter):
+                inner.check_owner(owner)
 
 
 class ModelDrafter(Drafter):

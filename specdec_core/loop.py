@@ -60,7 +60,15 @@ class Method:
         self.step_mode = step_mode
 
     def start(self, prompt: torch.Tensor, capacity: int) -> None:
-        pass
+        if self.drafter is not None:  # this decode drives its drafter now; a second live decode is refused
+            self.drafter.claim(self)
+            self.drafter.set_step_mode(self.step_mode)
+            self.drafter.reset(prompt, capacity)
+
+    def phases(self, room: int) -> Method:
+        """The phases of a step that may add ``room`` tokens: these, or with room 1 autoregressive ones (a step
+        drafts at most room − 1 tokens: the target's own token takes the last place)."""
+        return self if room > 1 else Autoregressive(self.params, self.generator)
 
     def draft(self, seq: list[int], budget: int):
         return None
@@ -106,11 +114,8 @@ class Linear(Method):
         self.rule = rule  # the accept rule when sampling
         self.confidence = confidence
 
-    def start(self, prompt, capacity):
-        self.drafter.set_step_mode(self.step_mode)
-        self.drafter.reset(prompt, capacity)
-
     def draft(self, seq, budget):  # with a confidence, the draft stops itself: k is then the most it drafts
+        self.drafter.check_owner(self)
         kw = {} if self.confidence is None else {"confidence": self.confidence}
         return self.drafter.propose(seq, min(self.k, budget), self.params, self.generator, **kw)
 
@@ -158,11 +163,8 @@ class TreeDecoding(Method):
         self.rule = rule  # the accept rule when sampling
         self.confidence = confidence
 
-    def start(self, prompt, capacity):
-        self.drafter.set_step_mode(self.step_mode)
-        self.drafter.reset(prompt, capacity)
-
     def draft(self, seq, budget):
+        self.drafter.check_owner(self)
         return self.drafter.propose_tree(seq, self.shape, min(self.k, budget), self.params, self.generator,
                                          confidence=self.confidence)
 
@@ -201,6 +203,16 @@ def cut(new: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:
     return new, False
 
 
+def settle(stats: Stats, draft, verdict: Verdict, room: int, eos: set[int]) -> tuple[list[int], bool]:
+    """A step's outcome, for one sequence or one row of a batch: its new tokens (cut at EOS and at ``room``),
+    whether the decode is done, and the step in the record."""
+    new, done = cut(verdict.tokens, room, eos)
+    passes, predicted = (0, False) if draft is None else (draft.passes, draft.source == "prediction")
+    stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.accept_probs, passes, predicted)
+    stats.new_tokens += len(new)
+    return new, done
+
+
 @dataclass
 class Run:
     """One decode, its arguments checked: what :func:`decode_steps` runs (``generate`` and ``stream`` build it)."""
@@ -234,8 +246,7 @@ def decode_steps(run: Run) -> Iterator[list[int]]:
         t_decode = clock.now()
         while not done:
             room = run.max_new_tokens - stats.new_tokens  # tokens this step may still add
-            # a step drafts at most room − 1 tokens: the target's own token takes the last place (room 1: none)
-            phases = method if room > 1 else Autoregressive(method.params, method.generator)
+            phases = method.phases(room)
             with clock.phase("draft"):
                 draft = phases.draft(seq, room - 1)
             with clock.phase("verify"):
@@ -244,12 +255,8 @@ def decode_steps(run: Run) -> Iterator[list[int]]:
                 verdict = phases.accept(draft, logits)
             with clock.phase("commit"):
                 phases.commit(lm, draft, verdict)
-                new, done = cut(verdict.tokens, room, run.eos)
+                new, done = settle(stats, draft, verdict, room, run.eos)
                 seq += new
-            passes, predicted = (0, False) if draft is None else (draft.passes, draft.source == "prediction")
-            stats.record_step(verdict.proposed, verdict.accepted, verdict.drafted, verdict.accept_probs, passes,
-                              predicted)
-            stats.new_tokens += len(new)
             clock.mark_tokens(len(new))
             stats.decode_s = clock.now() - t_decode
             yield new
