@@ -118,6 +118,45 @@ class BatchKVCache(Cache):
         self.starts = self.starts[rows]
         self.batch = rows.numel()
 
+    # -- rows that come and go (the serving engine): live rows first, views of the slabs, no copy ---------------
+    def live(self, n: int) -> None:
+        """Let the first ``n`` rows of the allocated ones take part in the next passes (views of the slabs and of
+        the lengths: no copy). The engine keeps its live rows first, as vLLM's persistent batch condenses its own."""
+        slabs, lengths, starts = self._allocated()
+        if not 1 <= n <= lengths.numel():
+            raise ValueError(f"live rows must be between 1 and the {lengths.numel()} allocated, got {n}")
+        for layer, (k, v) in zip(self.layers, slabs):
+            layer.keys, layer.values = k[:n], v[:n]
+        self.lengths, self.starts, self.batch = lengths[:n], starts[:n], n
+
+    def _allocated(self):
+        """Every allocated row: the full slabs per layer, lengths and starts (kept at the first call, before any
+        :meth:`live` narrows the views)."""
+        if not hasattr(self, "_full"):
+            self._full = ([(l.keys, l.values) for l in self.layers], self.lengths, self.starts)
+        return self._full
+
+    def place(self, row: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Row ``row`` of the allocated rows holds exactly these entries (``[H, S, D]`` per layer, a request's
+        prefill): they fill its slots ``[0, S)``, its length is S, and nothing of the row's earlier occupant is read."""
+        slabs, lengths, starts = self._allocated()
+        S = keys[0].shape[-2]
+        if S > self.capacity:
+            raise ValueError(f"a row of {S} entries does not fit the cache's {self.capacity} positions")
+        for (k, v), nk, nv in zip(slabs, keys, values):
+            k[row, :, :S] = nk
+            v[row, :, :S] = nv
+        lengths[row], starts[row] = S, 0
+
+    def move(self, src: int, dst: int) -> None:
+        """Row ``dst`` takes row ``src``'s entries and length (a copy of its committed slots per layer)."""
+        slabs, lengths, starts = self._allocated()
+        n = int(lengths[src])
+        for k, v in slabs:
+            k[dst, :, :n] = k[src, :, :n]
+            v[dst, :, :n] = v[src, :, :n]
+        lengths[dst], starts[dst] = lengths[src], starts[src]
+
     def reset(self, starts: torch.Tensor | None = None) -> None:
         """Empty every row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding."""
         self.lengths = torch.zeros_like(self.lengths)

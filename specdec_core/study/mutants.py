@@ -32,6 +32,7 @@ import torch
 from ..adaptive.suffix import SuffixDrafter
 from ..drafters import Draft, Drafter, ModelDrafter
 from ..lm import CachedLM
+from ..serving import Engine
 from ..sampling import PROB_DTYPE, choose, process_logits, sample
 from ..tree import Tree, TreeDraft
 from ..verify import residual as _residual, speculative_sample
@@ -321,7 +322,7 @@ class SuffixFrequencyQ(SuffixDrafter):
 
 
 __all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "PeekingChooser",
-                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit"]
+                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit", "NeighbourLogitsEngine"]
 
 
 def batch_smallest_commit(verdicts):
@@ -338,3 +339,12 @@ def accept_untested(draft_tokens, draft_probs, target_probs, generator):
     K = len(draft_tokens)
     last = int(sample(target_probs[K], generator))
     return torch.cat([draft_tokens, torch.tensor([last], dtype=torch.long)]), K
+
+
+class NeighbourLogitsEngine(Engine):
+    """MUTANT engine (:class:`~specdec_core.serving.Engine`): row r accepts its draft against the logits of row
+    r + 1 (mod the live rows), the slip of an off-by-one in a batch's row bookkeeping. With one live row it is the
+    engine itself. Caught by greedy identity and by the engine's law test."""
+
+    def _logits(self, logits, r, n):
+        return logits[(r + 1) % logits.shape[0], :n]

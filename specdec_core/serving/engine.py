@@ -1,0 +1,405 @@
+"""``Engine``: continuous batching. Requests arrive, wait, join the running batch, decode with their own method,
+drafter and K, and leave as soon as they are done; every step verifies all live rows in one target pass.
+
+How the pieces map onto vLLM's scheduler (v1, ``vllm/v1/core/sched/scheduler.py``) and Orca's iteration-level
+scheduling:
+
+- **Waiting queue and admission.** ``submit`` puts a request in the queue with its arrival time; at each step the
+  requests that have arrived by the wall clock are admitted in arrival order while a row of the batch is free
+  (``max_batch`` is vLLM's ``max_num_seqs``). Admission is the request's *prefill*: one single-sequence pass over
+  its prompt, the very pass ``generate`` makes, whose keys and values are copied into the free row
+  (:meth:`~specdec_core.serving.cache.BatchKVCache.place`). vLLM chunks long prefills and mixes them into decode
+  steps under a token budget; here a prefill runs whole, between two decode steps, and the rows that are decoding
+  wait for it (their inter-token gap shows it).
+- **Running batch.** Live rows are kept first in one preallocated cache, one length per row (vLLM's persistent
+  batch, condensed when a request leaves: the last live row moves into the freed one). A step drafts for every
+  row with that row's own phases (:mod:`specdec_core.loop`: the row's drafter, K, sampling and generator), pads
+  the rows' ``[last token, draft…]`` to one length, runs **one** target pass over all of them, and gives each row
+  its own logits to *accept* with the core's rule. Each row then keeps its own accepted tokens (a pointer move,
+  :class:`~specdec_core.serving.cache.BatchKVCache`): acceptance is ragged and rows never re-pad.
+- **Retirement.** A row whose request reached EOS or its ``max_new_tokens`` leaves before the next step; its drafter
+  is told (``finish``), and a waiting request can take the row at once. vLLM frees the request's KV blocks; here
+  the row's slots are simply overwritten by the next occupant.
+- **Speculation per request and by load.** vLLM applies one speculative method and one ``num_speculative_tokens``
+  to the whole batch (its batch-size table, ``num_speculative_tokens_per_batch_size``, by batch size); here each
+  request carries its own, and ``k="adaptive"`` lets the engine choose the row's K each step, 0 included, from a
+  step-cost model and the row's running acceptance (:class:`StepCost`, SmartSpec's goodput rule).
+
+Exactness is the core's: each row is drafted, accepted and cut by the single-sequence phases with its own
+generator, and reads only its own cache row. A greedy request's output equals ``generate``'s, whatever its
+neighbours and arrival (up to the rounding of a batched pass in float32, bit for bit on float64 pairs); a sampled
+request follows the target's law (the rows share passes, never random numbers or decisions). When its K depends
+on the neighbours (``k="adaptive"``), a sampled row's draws differ from ``generate``'s, its law does not.
+
+Times: ``stats.token_times`` count from the request's *arrival*, so the first is the time to first token (queueing
+and prefill included); :func:`~specdec_core.serving.metrics.summarize` turns them into vLLM's serving metrics.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids
+from ..lm import CachedLM
+from ..loop import Autoregressive, Linear, Method, Parallel, settle
+from ..record import Result, Stats, Timer
+from ..sampling import choose, make_generator
+from .cache import BatchLM
+
+ENGINE_METHODS = ("autoregressive", "linear", "parallel")
+# generate's options that the engine has no form of, and why
+ENGINE_REFUSES = {"tree": "trees are single-sequence only (method 'tree')",
+                  "cache_len": "the engine sizes its cache (Engine(cache_len=...))"}
+
+
+@dataclass
+class EngineResult(Result):
+    """A request's :class:`~specdec_core.record.Result`, and where it stood in the run: ``arrival_s`` (seconds from
+    the run's start), ``admitted_s`` (its prefill began), ``finished_s``; ``error``: what stopped it (None: it
+    finished). ``stats.token_times`` count from ``arrival_s``."""
+
+    arrival_s: float = 0.0
+    admitted_s: float = float("nan")
+    finished_s: float = float("nan")
+    error: Exception | None = None
+    ks: list[int] = field(default_factory=list)  # the K each decode step allowed (adaptive requests: the chosen)
+    rows: list[int] = field(default_factory=list)  # the live rows of each decode step (the batch it shared)
+
+
+@dataclass
+class _Request:
+    index: int
+    prompt: list[int]
+    arrival_s: float
+    options: DecodeOptions
+    method: Method
+    eos: set[int]
+    adaptive: bool
+    k_max: int
+    result: EngineResult
+    seq: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class _Row:
+    """One row of the batch cache, seen as a single sequence's ``lm.cache`` by the core's commit phase."""
+
+    def __init__(self, cache, r: int):
+        self.cache, self.r = self, r
+        self._batch = cache
+
+    def rollback(self, n: int) -> None:
+        if n:
+            by = torch.zeros(self._batch.batch, dtype=torch.long)
+            by[self.r] = n
+            self._batch.rollback(by)
+
+
+def _is_time(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+class Engine:
+    """Continuous batching over ``target`` (module docstring): ``submit`` requests, then ``run`` them.
+
+    ``max_batch``: the most requests decoding at once. ``cache_len``: positions per row (default: what the
+    submitted requests need, the longest prompt + ``max_new_tokens`` + one step's headroom). ``step_cost``: the
+    :class:`StepCost` that ``k="adaptive"`` requests are chosen by (default: measured on ``target`` at the first
+    run that has one). The passes run eager (one pass shape per step; CUDA graphs are ``generate``'s)."""
+
+    def __init__(self, target, max_batch: int = 8, cache_len: int | None = None, step_cost=None):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
+        if cache_len is not None and (isinstance(cache_len, bool) or not isinstance(cache_len, int) or cache_len < 2):
+            raise ValueError(f"cache_len must be an integer >= 2 or None, got {cache_len!r}")
+        self.target, self.max_batch, self.cache_len, self.step_cost = target, max_batch, cache_len, step_cost
+        self.requests: list[_Request] = []
+        self.device = next(target.parameters()).device
+        self.vocab_size = target.config.get_text_config().vocab_size
+
+    # -- submit ---------------------------------------------------------------------------------------------
+    def submit(self, input_ids, arrival_s: float = 0.0, drafter=None, method: str = "autoregressive", k=4,
+               max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+               seed: int = 0, rule=None, confidence: float | None = None, prediction=None) -> int:
+        """Queue one request (``generate``'s arguments) arriving ``arrival_s`` seconds after the run starts; returns
+        its index in :meth:`run`'s results. ``k="adaptive"``: a speculative request whose K the engine chooses each
+        step (at most :data:`StepCost.K_MAX`, 0 allowed). ``drafter`` is forked (:meth:`~specdec_core.drafters.
+        Drafter.fork`): each request has its own drafter state, sharing what the drafter shares across requests.
+        Every check is made here, so a bad request fails at ``submit``, never in the middle of a run."""
+        if not _is_time(arrival_s):
+            raise ValueError(f"arrival_s must be a finite number of seconds >= 0, got {arrival_s!r}")
+        adaptive = k == "adaptive"
+        if adaptive and method == "autoregressive":
+            raise ValueError("k='adaptive' needs a speculative method (method='linear' or 'parallel')")
+        options = DecodeOptions(method=method, k=StepCost.K_MAX if adaptive else k, max_new_tokens=max_new_tokens,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, cache_len=self.cache_len,
+                                rule=rule, confidence=confidence, graphs=False, prediction=prediction)
+        params, theta, _, drafter = options.check(self.target, drafter, methods=ENGINE_METHODS, caller="Engine")
+        [prompt] = check_prompts(self.target, [input_ids])
+        cache_capacity(self.target, prompt.numel(), options)  # refuses what cannot fit the cache or the model
+        generator = make_generator(self.device, seed)
+        k_max = 0 if method == "autoregressive" else options.k  # the most a step of this request drafts
+        if method == "autoregressive":
+            phases = Autoregressive(params, generator)
+        else:
+            kind = Parallel if method == "parallel" else Linear
+            phases = kind(params, generator, drafter.fork(), k_max, confidence=theta,
+                          **({} if rule is None else {"rule": rule}))
+        i = len(self.requests)
+        self.requests.append(_Request(i, prompt.tolist(), float(arrival_s), options, phases, eos_ids(self.target),
+                                      adaptive, k_max, EngineResult([], Stats(method), arrival_s=float(arrival_s))))
+        return i
+
+    # -- run ------------------------------------------------------------------------------------------------
+    def run(self, concurrency: int | None = None, progress=None) -> list[EngineResult]:
+        """Decode every submitted request; one :class:`EngineResult` per request, in submission order (a request
+        that failed carries its ``error``; the others are unaffected). Arrivals are replayed on the wall clock
+        from the run's start. ``concurrency``: a closed loop instead (at most that many requests in the system:
+        each one that finishes releases the next, whose arrival is then; submission times are ignored).
+        ``progress``: a callable told each finished request's index (a progress bar's ``update``)."""
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be an integer >= 1 or None, got {concurrency!r}")
+        todo = [q for q in self.requests if not q.done]
+        if not todo:
+            return [q.result for q in self.requests]
+        capacity = self.cache_len or max(cache_capacity(self.target, len(q.prompt), q.options) for q in todo)
+        if any(q.adaptive for q in todo) and self.step_cost is None:
+            self.step_cost = StepCost.measure(self.target, max_rows=self.max_batch)
+        lm = BatchLM(self.target, self.max_batch, capacity)
+        one = CachedLM(self.target, capacity)  # the prefill's single-sequence pass, as generate's
+        clock = Timer(self.device)
+        t0 = clock.now()
+        now = lambda: clock.now() - t0  # noqa: E731
+        waiting = sorted(todo, key=lambda q: (q.arrival_s, q.index))
+        if concurrency is not None:
+            for j, q in enumerate(waiting):
+                q.arrival_s = 0.0 if j < concurrency else math.inf  # released as earlier ones finish
+                q.result.arrival_s = q.arrival_s
+        live: list[_Request] = []
+        while waiting or live:
+            # admit: arrived requests into free rows, each prefilled alone
+            t = now()
+            while waiting and len(live) < self.max_batch and waiting[0].arrival_s <= t:
+                q = waiting.pop(0)
+                self._admit(q, lm, one, len(live), now)
+                if q.done:
+                    self._retire(q, q.result.error, now, waiting, concurrency, progress)
+                else:
+                    live.append(q)
+                t = now()
+            if not live:
+                if waiting:  # idle until the next arrival
+                    time.sleep(max(0.0, waiting[0].arrival_s - now()))
+                continue
+            self._step(live, lm, now)
+            for r in reversed(range(len(live))):  # retire finished rows; the last live row fills the gap
+                q = live[r]
+                if q.done:
+                    last = len(live) - 1
+                    if r != last:
+                        lm.cache.move(last, r)
+                        live[r] = live[last]
+                    live.pop()
+                    self._retire(q, q.result.error, now, waiting, concurrency, progress)
+        return [q.result for q in self.requests]
+
+    def _admit(self, q: _Request, lm: BatchLM, one: CachedLM, row: int, now) -> None:
+        """The request's prefill (the single-sequence pass ``generate`` makes), its first token, and its row."""
+        res = q.result
+        res.admitted_s = now()
+        try:
+            q.method.start(torch.tensor(q.prompt), lm.cache.capacity)
+            one.cache.reset()
+            logits = one.forward(torch.tensor(q.prompt), logits_to_keep=1)[-1]
+            tok, _ = choose(logits, q.method.params, q.method.generator)
+            self._place(lm, one, row, len(q.prompt))
+        except Exception as e:  # noqa: BLE001 -- the request fails, the run goes on
+            res.error, q.done = e, True
+            return
+        t = now()
+        res.stats.target_passes = res.stats.new_tokens = 1
+        res.stats.prefill_s = t - res.admitted_s
+        res.stats.token_times = [t - q.arrival_s]
+        res.tokens = [tok]
+        q.seq = q.prompt + [tok]
+        q.done = tok in q.eos or q.options.max_new_tokens <= 1
+
+    def _place(self, lm: BatchLM, one: CachedLM, row: int, n: int) -> None:
+        layers = one.cache.layers
+        lm.cache.place(row, [layer.keys[0, :, :n] for layer in layers], [layer.values[0, :, :n] for layer in layers])
+
+    def _logits(self, logits: torch.Tensor, r: int, n: int) -> torch.Tensor:
+        """Row r's verify logits (its first n positions)."""
+        return logits[r, :n]
+
+    def _step(self, live: list[_Request], lm: BatchLM, now) -> None:
+        """One decode step for every live row: draft (each its own), one verify pass, accept, commit."""
+        t_draft = now()
+        ks = self._choose_ks(live) if self.step_cost is not None else None
+        steps = []  # (request, phases, draft, feed)
+        for r, q in enumerate(live):
+            room = q.options.max_new_tokens - len(q.result.tokens)
+            k = min(q.k_max if ks is None else ks[r], room - 1)
+            phases = q.method.phases(room) if k >= 1 else Autoregressive(q.method.params, q.method.generator)
+            if q.adaptive and k >= 1:
+                phases.k = k
+            try:
+                draft = phases.draft(q.seq, room - 1)
+            except Exception as e:  # noqa: BLE001
+                q.result.error, q.done = e, True
+                draft, phases = None, None
+            q.result.ks.append(k)
+            q.result.rows.append(len(live))
+            feed = q.seq[-1:] + (draft.tokens.tolist() if draft is not None else [])
+            steps.append((q, phases, draft, feed, room))
+        lm.cache.live(len(live))
+        t_verify = now()
+        logits = lm.forward([f for *_, f, _ in steps], commit=[len(f) for *_, f, _ in steps])
+        t_accept = now()
+        for r, (q, phases, draft, feed, room) in enumerate(steps):
+            if phases is None:
+                continue
+            try:
+                verdict = phases.accept(draft, self._logits(logits, r, len(feed)))
+                phases.commit(_Row(lm.cache, r), draft, verdict)
+                new, q.done = settle(q.result.stats, draft, verdict, room, q.eos)
+            except Exception as e:  # noqa: BLE001
+                q.result.error, q.done = e, True
+                continue
+            q.seq += new
+            q.result.tokens += new
+        t_end = now()
+        if self.step_cost is not None:
+            self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for *_, f, _ in steps))
+        for q, phases, *_ in steps:
+            s = q.result.stats
+            s.draft_s += t_verify - t_draft
+            s.verify_s += t_accept - t_verify
+            s.accept_s += t_end - t_accept
+            if phases is not None:
+                s.token_times += [t_end - q.arrival_s] * (len(q.result.tokens) - len(s.token_times))
+                s.decode_s = s.token_times[-1] - s.token_times[0]
+
+    def _choose_ks(self, live: list[_Request]) -> list[int]:
+        """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best."""
+        if not any(q.adaptive for q in live):
+            return [q.k_max for q in live]
+        best = self.step_cost.best_k([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live])
+        return [best if q.adaptive else q.k_max for q in live]
+
+    def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
+        q.done = True
+        q.result.finished_s = now()
+        if error is None:
+            q.method.finish(q.prompt, q.result.tokens)
+        if concurrency is not None:  # closed loop: the next waiting request arrives now
+            for w in waiting:
+                if math.isinf(w.arrival_s):
+                    w.arrival_s = w.result.arrival_s = q.result.finished_s
+                    break
+        if progress is not None:
+            progress(q.index)
+
+
+class StepCost:
+    """What one engine step costs, and the K that maximizes the batch's expected tokens per second (SmartSpec,
+    arXiv 2406.14066, simplified to one K for every adaptive row: rows are padded to the longest anyway).
+
+    ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
+    (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows, of which the
+    adaptive ones draft K tokens, costs ``t(n, max(K, fixed K) + 1) + d · drafted``, where d is ``draft_cost``
+    (seconds per drafted token), or by default the running draft time per drafted token of this engine's steps. A
+    row with running acceptance α (its tests, shrunk towards the engine's pooled α with ``PRIOR_TESTS``
+    pseudo-tests) and fill ρ (tokens its drafter proposed per token allowed) adds ``1 + ρ · (α + α² + … + α^K)``
+    tokens. K = 0 (no speculation) is one of the choices."""
+
+    K_MAX = 32
+    PRIOR_TESTS = 4
+    ROWS = (1, 2, 4, 8, 16, 32)
+    TOKENS = (1, 2, 3, 5, 9, 17, 33)
+
+    def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None):
+        if not verify:
+            raise ValueError("StepCost needs at least one measured (rows, tokens) pass time")
+        if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and 0 <= draft_cost < math.inf):
+            raise ValueError(f"draft_cost must be seconds per drafted token >= 0, or None (measured), "
+                             f"got {draft_cost!r}")
+        self.verify = dict(verify)
+        self.rows = sorted({b for b, _ in verify})
+        self.tokens = sorted({t for _, t in verify})
+        self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
+        self.draft_s, self.drafted = 0.0, 0
+
+    @classmethod
+    def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3) -> StepCost:
+        """Median seconds of a pass over B rows of T tokens after ``context`` committed ones, for B up to
+        ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS` (one warm-up pass per shape)."""
+        rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
+        lm = BatchLM(target, max(rows), context + max(cls.TOKENS) + 1)
+        gen = torch.Generator().manual_seed(0)
+        V = target.config.get_text_config().vocab_size
+        lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
+        timer, out = Timer(next(target.parameters()).device), {}
+        full = (lm.cache.lengths.clone(), lm.cache.starts.clone())
+        for B in rows:
+            lm.cache.live(B)
+            for T in cls.TOKENS:
+                ids = torch.randint(V, (B, T), generator=gen).tolist()
+                lm.forward(ids)
+                times = sorted(timer.time(lm.forward, ids)[1] for _ in range(repeats))
+                out[(B, T)] = times[len(times) // 2]
+        del full
+        return cls(out)
+
+    def t(self, rows: int, tokens: int) -> float:
+        """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (bilinear between the measured ones, the
+        nearest measured ones outside their range, and proportional to the rows beyond the largest)."""
+        def bracket(xs, x):
+            x = min(max(x, xs[0]), xs[-1])
+            hi = next(i for i, v in enumerate(xs) if v >= x)
+            lo = max(hi - 1, 0)
+            w = 0.0 if xs[hi] == xs[lo] else (x - xs[lo]) / (xs[hi] - xs[lo])
+            return xs[lo], xs[hi], w
+        scale = rows / self.rows[-1] if rows > self.rows[-1] else 1.0
+        b0, b1, wb = bracket(self.rows, rows)
+        t0, t1, wt = bracket(self.tokens, tokens)
+        v = lambda b, t: self.verify[(b, t)]  # noqa: E731
+        at_b0 = (1 - wt) * v(b0, t0) + wt * v(b0, t1)
+        at_b1 = (1 - wt) * v(b1, t0) + wt * v(b1, t1)
+        return scale * ((1 - wb) * at_b0 + wb * at_b1)
+
+    def observe_draft(self, seconds: float, drafted: int) -> None:
+        self.draft_s += seconds
+        self.drafted += drafted
+
+    def expected(self, stats: Stats, ks: list[int], pooled: float) -> tuple[float, float]:
+        """A row's (α, ρ): its acceptance, shrunk towards ``pooled`` with :attr:`PRIOR_TESTS` pseudo-tests, and the
+        share of the tokens it was allowed (``ks``, one per step) that its drafter proposed (1 before any step)."""
+        alpha = (sum(stats.accepted_lengths) + self.PRIOR_TESTS * pooled) / (sum(stats.proposed) + self.PRIOR_TESTS)
+        allowed = sum(ks)
+        return min(alpha, 0.999), (min(sum(stats.drafted) / allowed, 1.0) if allowed else 1.0)
+
+    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
+        """The K of this step's adaptive rows. ``rows``: each live row's record, the K it was allowed at each step
+        so far, and its own fixed K (0: autoregressive) or None for an adaptive row."""
+        d = self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
+        tests = sum(sum(s.proposed) for s, _, _ in rows)
+        pooled = sum(sum(s.accepted_lengths) for s, _, _ in rows) / tests if tests else 0.5
+        laws = [(self.expected(s, ks, pooled), k) for s, ks, k in rows]
+        gain = lambda law, K: 1 + law[1] * sum(law[0] ** i for i in range(1, K + 1))  # noqa: E731
+        fixed = [(law, k) for law, k in laws if k is not None]
+        adaptive = [law for law, k in laws if k is None]
+        base = sum(gain(law, k) for law, k in fixed)
+        fixed_T = max((k for _, k in fixed), default=0) + 1
+        best, best_rate = 0, -1.0
+        for K in range(self.K_MAX + 1):
+            tokens = base + sum(gain(law, K) for law in adaptive)
+            drafted = K * len(adaptive) + sum(k for _, k in fixed)
+            rate = tokens / (self.t(len(rows), max(fixed_T, K + 1)) + d * drafted)
+            if rate > best_rate:
+                best, best_rate = K, rate
+        return best

@@ -1,0 +1,262 @@
+"""The continuous-batching engine: exactness under load, its measures, and what it refuses.
+
+Each request of the engine must be *the* single-sequence decode of its prompt, whatever its neighbours, its row and
+its arrival: greedy requests equal autoregressive decoding; a sampled request with a fixed K equals
+``generate(prompt, seed=s)`` bit for bit on the float64 toy pairs (its row has its own generator and its own drafter
+state). A request whose K the engine chooses (``k="adaptive"``) draws differently from ``generate``, so its law is
+tested instead: the chapter-2 goodness-of-fit test at level 1e-3 (false-positive rate 0.1 % for a correct sampler;
+fixed seeds make each outcome deterministic), and a mutant that accepts a row against its neighbour's logits is
+caught by both checks.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import specdec_core as sd
+from specdec_core.sampling import SamplingParams
+from specdec_core.serving import Engine, StepCost, arrivals, request_metrics, summarize
+from specdec_core.study import exactness as ex
+from specdec_core.study import mutants as mu
+
+ALPHA = 1e-3
+PROMPTS = [[1, 2, 3], [4, 4, 4, 4, 9], [0], [5, 6, 7, 8, 9, 10, 11], [3, 3], [7, 1, 7, 1, 7]]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    with ex.torch_threads(1):
+        yield
+
+
+def _specs(pair):
+    """One request per method and drafter the engine serves, adaptive K and a prediction included (a suffix drafter
+    with no memory: one that learns would draft from the outputs of the requests that finished before it, which
+    ``generate`` alone never saw)."""
+    d = pair.drafters
+    return [dict(), dict(method="linear", drafter=d["model"], k=3), dict(method="linear", drafter=d["ngram"], k=3),
+            dict(method="parallel", drafter=d["block"], k=3), dict(method="linear", drafter=sd.SuffixDrafter(learn=False), k=6),
+            dict(method="linear", drafter=d["model"], k="adaptive"), dict(method="linear", drafter=d["hybrid"], k=2),
+            dict(method="linear", prediction=[5, 6, 7, 1, 2, 3], k=4)]
+
+
+def _serve(pair, prompts, specs, gaps=0.002, max_batch=3, engine=Engine, **kw):
+    e = engine(pair.target, max_batch=max_batch)
+    for i, (p, s) in enumerate(zip(prompts, specs)):
+        e.submit(p, arrival_s=gaps * i, **s, **kw)
+    return e.run()
+
+
+# -- exactness ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_batch, gaps", [(3, 0.002), (8, 0.0), (1, 0.0)])
+def test_greedy_requests_equal_autoregressive(toy16, max_batch, gaps):
+    """Eight requests, every method, staggered arrivals: rows join a running batch, leave, and are refilled (3
+    rows for 8 requests), or all start at once, or run one at a time. Each equals autoregressive decoding."""
+    prompts = PROMPTS + [[2, 9], [1, 1, 1]]
+    res = _serve(toy16, prompts, _specs(toy16), gaps, max_batch, max_new_tokens=30)
+    assert [r.error for r in res] == [None] * len(prompts)
+    assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=30).tokens for p in prompts]
+    assert all(len(r.stats.token_times) == r.stats.new_tokens == 30 for r in res)
+    assert all(0 <= k <= StepCost.K_MAX for k in res[5].ks)  # the engine chose each step's K (timed: any K)
+
+
+def test_sampled_requests_are_their_own_single_decode(toy16):
+    """T = 1, top-k 6, fixed K: each request equals generate(prompt, seed=s) bit for bit, whatever its row."""
+    specs = [s for s in _specs(toy16) if s.get("k") != "adaptive"]
+    prompts = PROMPTS[:len(specs)] + [[2, 9]] * (len(specs) - len(PROMPTS))
+    kw = dict(max_new_tokens=24, temperature=1.0, top_k=6)
+    e = Engine(toy16.target, max_batch=3)
+    for i, (p, s) in enumerate(zip(prompts, specs)):
+        e.submit(p, arrival_s=0.001 * i, seed=40 + i, **s, **kw)
+    res = e.run()
+    alone = [sd.generate(toy16.target, p, seed=40 + i, **s, **kw).tokens for i, (p, s) in enumerate(zip(prompts, specs))]
+    assert [r.tokens for r in res] == alone
+
+
+def test_neighbour_logits_mutant_breaks_greedy_identity(toy16):
+    """A row accepting against its neighbour's logits (mutants.NeighbourLogitsEngine) departs from autoregressive
+    decoding; with one row (no neighbour) it is the engine itself."""
+    specs = [dict(method="linear", drafter=toy16.drafters["model"], k=3)] * 4
+    bad = _serve(toy16, PROMPTS[:4], specs, 0.0, 4, engine=mu.NeighbourLogitsEngine, max_new_tokens=20)
+    assert [r.tokens for r in bad] != [sd.generate(toy16.target, p, max_new_tokens=20).tokens for p in PROMPTS[:4]]
+    one = _serve(toy16, PROMPTS[:1], specs, 0.0, 1, engine=mu.NeighbourLogitsEngine, max_new_tokens=20)
+    assert one[0].tokens == sd.generate(toy16.target, PROMPTS[0], max_new_tokens=20).tokens
+
+
+LAW_TOKENS = 4
+
+
+# passes that cost more per row and token as the batch grows, and a draft token a tenth of a one-row pass: the K
+# chosen then depends on each row's acceptance and on the live rows, not on the machine's timings
+COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17)}
+
+
+def test_step_cost_chooses_k_by_acceptance_and_load():
+    """K grows with the rows' acceptance, falls to 0 at none, and shrinks as more rows share the pass."""
+    def row(accepted, proposed):
+        s = sd.Stats("linear")
+        s.accepted_lengths, s.proposed, s.drafted = [accepted], [proposed], [proposed]
+        return s, [proposed], None
+
+    cost = StepCost(COSTS, draft_cost=0.1)
+    ks = [cost.best_k([row(a, 40)]) for a in (0, 10, 30, 38)]
+    assert ks[0] == 0 and ks == sorted(ks) and ks[-1] > ks[1] > 0
+    assert cost.best_k([row(30, 40)] * 4) < ks[2]
+    assert cost.t(1, 1) == COSTS[(1, 1)] and cost.t(8, 1) == pytest.approx(2 * COSTS[(4, 1)])
+    with pytest.raises(ValueError, match="draft_cost"):
+        StepCost(COSTS, draft_cost=-1)
+
+
+def _engine_samples(toy, n_requests, engine=Engine):
+    """Requests for [1, 2, 3] at T = 1, top-k 3, each its own seed, K chosen by the engine (from fixed costs, so
+    the outcome is deterministic), 3 at a time among neighbours of other prompts (a greedy one and a sampled one):
+    only the [1, 2, 3] requests are returned."""
+    e = engine(toy.target, max_batch=3, step_cost=StepCost(COSTS, draft_cost=0.1))
+    ours = []
+    for i in range(n_requests):
+        ours.append(e.submit([1, 2, 3], seed=7000 + i, method="linear", drafter=toy.drafters["model"], k="adaptive",
+                             max_new_tokens=LAW_TOKENS, temperature=1.0, top_k=3))
+        if i % 4 == 0:
+            e.submit([6, 5], method="linear", drafter=toy.drafters["ngram"], k=2, max_new_tokens=7)
+            e.submit([4], seed=i, method="linear", drafter=toy.drafters["model"], k=3, max_new_tokens=5,
+                     temperature=1.0)
+    res = e.run()
+    _engine_samples.last = [res[i] for i in ours]
+    return np.array([res[i].tokens for i in ours])
+
+
+@pytest.fixture(scope="module")
+def engine_law(toy):
+    return ex.sequence_law(toy.target, [1, 2, 3], LAW_TOKENS, SamplingParams(temperature=1.0, top_k=3))
+
+
+def test_adaptive_requests_follow_the_target_law(toy, engine_law):
+    """600 requests whose K the engine chose (0 included), in batches with other requests: the target's law over
+    the 81 cells of 4 tokens (top-k 3)."""
+    samples = _engine_samples(toy, 600)
+    assert len({k for r in _engine_samples.last for k in r.ks}) > 2  # K varied
+    assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=engine_law.size), engine_law,
+                       seed=1).pvalue > ALPHA
+
+
+def test_engine_law_catches_the_neighbour_logits_mutant(toy, engine_law):
+    samples = _engine_samples(toy, 600, engine=mu.NeighbourLogitsEngine)
+    assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=engine_law.size), engine_law,
+                       seed=1).pvalue < ALPHA
+
+
+# -- drafter state ------------------------------------------------------------------------------------------
+def test_each_request_has_its_own_drafter_state(toy16):
+    """The engine forks the submitted drafter per request (the pair's stays untouched); two live streams on one
+    drafter are refused with an error that says what to do."""
+    d = toy16.drafters["model"]
+    before = d.lm
+    _serve(toy16, PROMPTS[:3], [dict(method="linear", drafter=d, k=3)] * 3, 0.0, 3, max_new_tokens=10)
+    assert d.lm is before
+    a = sd.stream(toy16.target, [1, 2], drafter=d, method="linear", k=3, max_new_tokens=12)
+    b = sd.stream(toy16.target, [3, 4], drafter=d, method="linear", k=3, max_new_tokens=12)
+    next(a), next(b), next(b)
+    with pytest.raises(RuntimeError, match="another decode"):
+        next(a)
+    twin = sd.stream(toy16.target, [1, 2], drafter=d.fork(), method="linear", k=3, max_new_tokens=12)
+    assert sum(list(twin), []) == sd.generate(toy16.target, [1, 2], max_new_tokens=12).tokens
+
+
+def test_suffix_memory_is_shared_across_requests(toy16):
+    """Forks of one suffix drafter share its memory of finished requests: the engine's outputs teach it."""
+    s = sd.SuffixDrafter()
+    _serve(toy16, PROMPTS[:3], [dict(method="linear", drafter=s, k=4)] * 3, 0.0, 2, max_new_tokens=16)
+    assert len(s.cached) == 3
+    s.forget()
+
+
+# -- measures ---------------------------------------------------------------------------------------------
+def test_request_metrics_share_a_steps_gap_among_its_tokens():
+    m = request_metrics([0.5, 0.7, 0.7, 0.7, 1.0])
+    assert m["ttft"] == 0.5 and m["e2e"] == 1.0 and m["tpot"] == pytest.approx(0.125)
+    assert m["itl"] == pytest.approx([0.2 / 3] * 3 + [0.3])  # vLLM's per-token ITL, not one gap of 0.2 and two of 0
+    assert math.isnan(request_metrics([0.3])["tpot"])
+
+
+def test_arrivals_have_the_asked_rate_and_burstiness():
+    """Poisson: inter-arrival gaps with mean 1/rate and coefficient of variation 1; gamma(burstiness b): CV 1/√b."""
+    for b in (1.0, 0.25, 4.0):
+        t = np.array(arrivals(20000, rate=5.0, burstiness=b, seed=3))
+        gaps = np.diff(np.concatenate([[0.0], t]))
+        assert gaps.mean() == pytest.approx(0.2, rel=0.03) and gaps.std() / gaps.mean() == pytest.approx(b ** -0.5,
+                                                                                                         rel=0.05)
+    assert arrivals(3, rate=2.0, seed=1) == arrivals(3, rate=2.0, seed=1) != arrivals(3, rate=2.0, seed=2)
+    assert arrivals(4, rate=math.inf) == [0.0] * 4
+
+
+def test_summarize_counts_goodput_and_classes(toy16):
+    res = _serve(toy16, PROMPTS[:4], [dict()] * 4, 0.0, 2, max_new_tokens=8)
+    s = summarize(res, slo=dict(ttft=math.inf, tpot=math.inf))
+    assert s["requests"] == 4 and s["failed"] == 0 and s["goodput"] == pytest.approx(s["request_rate"])
+    none = summarize(res, slo=dict(e2e=0.0))
+    assert none["goodput"] == 0.0
+    by = summarize(res, classes=["a", "b", "a", "b"])["by_class"]
+    assert set(by) == {"a", "b"} and by["a"]["requests"] == 2
+    with pytest.raises(ValueError, match="slo"):
+        summarize(res, slo=dict(itl=1.0))
+
+
+def test_token_times_count_from_arrival(toy16):
+    """A request that arrives later waits for its row: its time to first token counts from its arrival."""
+    e = Engine(toy16.target, max_batch=1)
+    e.submit([1, 2], max_new_tokens=20)
+    e.submit([3, 4], arrival_s=0.0, max_new_tokens=5)
+    first, second = e.run()
+    assert second.admitted_s >= first.finished_s - 1e-9
+    assert second.stats.token_times[0] >= second.admitted_s - second.arrival_s
+
+
+def test_closed_loop_keeps_concurrency(toy16):
+    """concurrency=2: at most two requests in the system; each new one arrives when one finishes."""
+    e = Engine(toy16.target, max_batch=4)
+    for p in PROMPTS[:5]:
+        e.submit(p, arrival_s=100.0, max_new_tokens=6)  # ignored in a closed loop
+    res = e.run(concurrency=2)
+    assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=6).tokens for p in PROMPTS[:5]]
+    spans = sorted((r.arrival_s, r.finished_s) for r in res)
+    assert all(sum(a <= t < f for a, f in spans) <= 2 for t, _ in spans)
+
+
+# -- bad input ----------------------------------------------------------------------------------------------
+def test_bad_input_fails_at_submit(toy16):
+    e = Engine(toy16.target, max_batch=2)
+    for bad in (-1.0, float("nan"), "soon", True):
+        with pytest.raises(ValueError, match="arrival_s"):
+            e.submit([1, 2], arrival_s=bad)
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="max_batch"):
+            Engine(toy16.target, max_batch=bad)
+    with pytest.raises(ValueError, match="KV cache"):
+        Engine(toy16.target, cache_len=8).submit([1, 2, 3], max_new_tokens=20)
+    max_pos = toy16.target.config.max_position_embeddings
+    with pytest.raises(ValueError, match="model's"):
+        e.submit([1, 2], max_new_tokens=max_pos)
+    with pytest.raises(ValueError, match="supports methods"):
+        e.submit([1, 2], method="tree", drafter=toy16.drafters["model"])
+    with pytest.raises(ValueError, match="speculative method"):
+        e.submit([1, 2], k="adaptive")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        e.submit([1, 99])
+    assert e.requests == []  # nothing bad was queued
+
+
+def test_a_failing_request_loses_no_other_result(toy16):
+    """A drafter that raises mid-run fails its own request; the others finish exactly."""
+    class Broken(sd.NGramDrafter):
+        def propose(self, context, k, params, generator, confidence=None):
+            if len(context) > 6:
+                raise RuntimeError("broken drafter")
+            return super().propose(context, k, params, generator, confidence)
+
+    specs = [dict(), dict(method="linear", drafter=Broken(), k=2), dict(method="linear",
+                                                                        drafter=toy16.drafters["model"], k=2)]
+    res = _serve(toy16, PROMPTS[:3], specs, 0.0, 3, max_new_tokens=12)
+    assert isinstance(res[1].error, RuntimeError) and "broken drafter" in str(res[1].error)
+    for i in (0, 2):
+        assert res[i].error is None and res[i].tokens == sd.generate(toy16.target, PROMPTS[i], max_new_tokens=12).tokens
