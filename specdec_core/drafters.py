@@ -8,8 +8,9 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
   and generated, the last one not yet seen by the target). Returns up to ``k`` tokens and ``q [k', V]`` (``None``
   when greedy: the greedy verifier needs only tokens); with ``confidence=θ``, it stops before the first position
   after the first whose law's largest probability is below θ (:func:`~specdec_core.sampling.confidence`).
-- ``accept(n)``: the verifier kept ``n`` of the proposed tokens; roll internal state back to
-  ``context + draft[:n]`` (O(1) for cached drafters).
+- ``accept(draft, n)``: the verifier kept ``n`` tokens of ``draft``, this drafter's proposal; roll internal state
+  back to ``context + draft[:n]`` (O(1) for cached drafters). What a drafter needs to know about its proposal here
+  travels in the draft (``draft.state``), never in attributes that ``propose`` leaves behind.
 - ``finish(prompt, output)``: a request ended (EOS or budget) with these tokens; a drafter that remembers earlier
   requests learns here. Never called with what is still being decoded.
 - ``set_step_mode(mode)``: how the drafter's own passes after its prefill run from the next ``reset`` (``"eager"``,
@@ -21,7 +22,8 @@ one-branch tree, so every drafter works with ``method="tree"``:
 - ``propose_tree(context, shape, k, params, generator, confidence=None) -> TreeDraft``: a tree of depth <= k
   grown to ``shape`` (a :class:`~specdec_core.tree.Tree` or :class:`~specdec_core.tree.Dynamic`), with the
   law q each node's token was drawn from; with ``confidence=θ``, nodes scored below θ get no children.
-- ``accept_path(path)``: the verifier kept the nodes ``path`` (node ids, root excluded, root to leaf).
+- ``accept_path(draft, path)``: the verifier kept the nodes ``path`` of ``draft`` (node ids, root excluded, root to
+  leaf).
 
 A drafter decides from the committed context and its own draws only, never from the target's verdict on
 the tokens it is drafting: that is what keeps every method exact. Three drafters: :class:`ModelDrafter`
@@ -31,7 +33,7 @@ the tokens it is drafting: that is what keeps every method exact. Three drafters
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -51,6 +53,7 @@ class Draft:
     q: torch.Tensor | None
     passes: int
     source: str = ""  # "prediction": the tokens are the caller's predicted output (Stats counts them apart)
+    state: dict = field(default_factory=dict)  # what the drafter that proposed it needs at accept (its own record)
 
 
 class Drafter:
@@ -70,9 +73,12 @@ class Drafter:
         """Run the drafter's passes in ``mode`` from the next :meth:`reset`; the drafters it holds (a hybrid's
         model and n-gram drafters, a wrapped drafter) get the same mode."""
         self.step_mode = mode
-        for inner in vars(self).values():
-            if isinstance(inner, Drafter):
-                inner.set_step_mode(mode)
+        for inner in self.held().values():
+            inner.set_step_mode(mode)
+
+    def held(self) -> dict[str, Drafter]:
+        """The drafters this one holds (a hybrid's model and n-gram drafters, a wrapped drafter), by attribute."""
+        return {name: v for name, v in vars(self).items() if isinstance(v, Drafter)}
 
     def reset(self, prompt: torch.Tensor, capacity: int) -> None:
         pass
@@ -80,7 +86,7 @@ class Drafter:
     def propose(self, context: list[int], k: int, params: SamplingParams, generator, confidence=None) -> Draft:
         raise NotImplementedError
 
-    def accept(self, n: int) -> None:
+    def accept(self, draft: Draft, n: int) -> None:
         pass
 
     def finish(self, prompt: list[int], output: list[int]) -> None:
@@ -90,27 +96,25 @@ class Drafter:
         """Default tree: the drafter's own chain (as long as the shape is deep, cut by its own stop)."""
         kw = {} if confidence is None else {"confidence": confidence}
         d = self.propose(context, shape_depth(shape, k), params, generator, **kw)
-        return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes, d.source)
+        return TreeDraft(Tree.chain(d.tokens.numel()), d.tokens, d.q, d.passes, d.source, d.state)
 
-    def accept_path(self, path: list[int]) -> None:
-        self.accept(len(path))  # in a chain, node i is the i-th draft token
+    def accept_path(self, draft, path: list[int]) -> None:
+        self.accept(draft, len(path))  # in a chain, node i is the i-th draft token
 
     def fork(self) -> Drafter:
         """A twin for one more live decode (the engine forks one per request): it shares model weights and a suffix
         drafter's memory of earlier requests, and owns its state (held drafters forked; a cache ``lm`` made anew)."""
         twin = copy.copy(self)
-        for name, inner in vars(self).items():
-            if isinstance(inner, Drafter):
-                setattr(twin, name, inner.fork())
+        for name, inner in self.held().items():
+            setattr(twin, name, inner.fork())
         twin._owner, twin.lm = None, None
         return twin
 
     def claim(self, owner) -> None:
         """``owner`` (a decode's phases) drives this drafter, and the drafters it holds, from now on."""
         self._owner = owner
-        for inner in vars(self).values():
-            if isinstance(inner, Drafter):
-                inner.claim(owner)
+        for inner in self.held().values():
+            inner.claim(owner)
 
     def check_owner(self, owner) -> None:
         """Refuse to draft for ``owner`` when another live decode has claimed this drafter (or one it holds) since."""
@@ -118,16 +122,16 @@ class Drafter:
             raise RuntimeError(f"the {self.name} drafter was started by another decode while this one is live (two "
                                "streams or requests sharing one drafter would corrupt each other's state): give "
                                "each its own, drafter.fork()")
-        for inner in vars(self).values():
-            if isinstance(inner, Drafter):
-                inner.check_owner(owner)
+        for inner in self.held().values():
+            inner.check_owner(owner)
 
 
 class ModelDrafter(Drafter):
     """An autoregressive draft model (any causal LM with the target's vocabulary): K passes per draft.
 
     Keeps its own preallocated :class:`KVCache`; tokens the cache has not seen yet (the last committed
-    ones) are fed in one pass at the start of the next proposal.
+    ones) are fed in one pass at the start of the next proposal. ``draft.state["base"]``: ``len(context)`` at the
+    proposal (the cache's entries below it are the context's, the draft's after it).
     """
 
     name = "model"
@@ -136,9 +140,6 @@ class ModelDrafter(Drafter):
         self.model = model
         self.vocab_size = model.config.get_text_config().vocab_size
         self.lm: CachedLM | None = None
-        # What a proposal leaves for accept / accept_path (the draft cache holds the context, then the draft):
-        self._base = 0  # len(context) at the last proposal: the cache's entries below it are the context's
-        self._node_slots: dict[int, int] = {}  # the last tree: node id → the cache slot its entry was written to
 
     def reset(self, prompt, capacity):
         if self.lm is None or not self.lm.serves(self.model, capacity, self.step_mode):
@@ -147,7 +148,6 @@ class ModelDrafter(Drafter):
 
     def propose(self, context, k, params, generator, confidence=None):
         lm = self.lm
-        self._base = len(context)
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, logits_to_keep=1)[-1]
         tokens = []
@@ -163,10 +163,10 @@ class ModelDrafter(Drafter):
                 logits = lm.forward(torch.tensor([t]), logits_to_keep=1)[-1]
                 passes += 1
         q = None if params.greedy else torch.stack(qs)
-        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes)
+        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=passes, state={"base": len(context)})
 
-    def accept(self, n):
-        keep = self._base + n  # the context and the first n draft tokens
+    def accept(self, draft, n):
+        keep = draft.state["base"] + n  # the context and the first n draft tokens
         if self.lm.length > keep:
             self.lm.cache.rollback(self.lm.length - keep)
 
@@ -175,15 +175,14 @@ class ModelDrafter(Drafter):
         mask, at position ``len(context) - 1 + depth``. Children: greedy, a node's top-m tokens; sampling,
         m draws without replacement from its law q (:func:`~specdec_core.tree.draw_siblings`), each child
         carrying the law it was drawn from. Nodes of the last depth are never run (no children to draft).
-        """
+        ``draft.state``: ``base`` (``len(context)``) and ``slots`` (node id → the cache slot its entry went to)."""
         lm = self.lm
         base = len(context)
-        self._base = base
+        slots: dict[int, int] = {}
         unseen = torch.tensor(context[lm.length:], dtype=torch.long)
         logits = lm.forward(unseen, logits_to_keep=1)  # [1, V]: the root's next-token logits
         grow = TreeBuilder(shape, k, confidence)
         passes = 1
-        self._node_slots = {}
         while True:
             if params.greedy:  # children: the top tokens; scores (Dynamic, confidence) from softmax(logits)
                 probs = None
@@ -198,17 +197,19 @@ class ModelDrafter(Drafter):
                 break
             new = grow.frontier_tokens()
             first_slot = lm.length  # this depth's nodes are written in frontier order from here
-            self._node_slots.update(zip(grow.frontier, range(first_slot, first_slot + new.numel())))
+            slots.update(zip(grow.frontier, range(first_slot, first_slot + new.numel())))
             logits = lm.forward(new, positions=torch.full((new.numel(),), base - 1 + grow.depth),
                                 mask=grow.frontier_bias(base, lm.dtype, lm.device))
             passes += 1
-        return grow.result(passes)
+        draft = grow.result(passes)
+        draft.state = {"base": base, "slots": slots}
+        return draft
 
-    def accept_path(self, path):
+    def accept_path(self, draft, path):
         """Keep only the accepted nodes in the draft's cache, contiguous after the context (index copy). Nodes
         of the last depth were never run, so they have no entry: the accepted token is fed next time."""
-        slots = [self._node_slots[i] for i in path if i in self._node_slots]
-        self.lm.cache.retain(slots, start=self._base)
+        slots = draft.state["slots"]
+        self.lm.cache.retain([slots[i] for i in path if i in slots], start=draft.state["base"])
 
 
 class NGramDrafter(Drafter):
@@ -281,7 +282,7 @@ class NGramDrafter(Drafter):
         toks = torch.tensor([tokens[p] for p in tree.paths], dtype=torch.long)
         return TreeDraft(tree, toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0)
 
-    def accept_path(self, path):
+    def accept_path(self, draft, path):
         pass
 
 
@@ -304,7 +305,7 @@ class PredictionDrafter(Drafter):
         self.after: dict[int, list[int]] = {}  # token → the places just after its occurrences in the prediction
         for i, t in enumerate(self.prediction):
             self.after.setdefault(t, []).append(i + 1)
-        self.start, self.at, self._last = 0, 0, None  # prompt length; where the last step left off; who drafted
+        self.start, self.at = 0, 0  # prompt length; where the last step left off in the prediction
 
     def bind(self, target):
         self.vocab_size = target.config.get_text_config().vocab_size
@@ -312,7 +313,7 @@ class PredictionDrafter(Drafter):
             self.fallback.bind(target)
 
     def reset(self, prompt, capacity):
-        self.start, self.at, self._last = len(prompt), 0, None
+        self.start, self.at = len(prompt), 0
         if self.fallback is not None:
             self.fallback.reset(prompt, capacity)
 
@@ -332,17 +333,16 @@ class PredictionDrafter(Drafter):
     def propose(self, context, k, params, generator, confidence=None):
         j = self.resume(context[self.start:])
         if (j is None or j >= len(self.prediction)) and self.fallback is not None:
-            self._last = "fallback"
             return self.fallback.propose(context, k, params, generator, confidence=confidence)
         toks = torch.tensor(self.prediction[j:j + k] if j is not None else [], dtype=torch.long)
-        self._last, self.at = "prediction", (j or 0)
-        return Draft(toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0, source="prediction")
+        return Draft(toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0, source="prediction",
+                     state={"at": j or 0})
 
-    def accept(self, n):
-        if self._last == "fallback":
-            self.fallback.accept(n)
+    def accept(self, draft, n):
+        if draft.source != "prediction":  # the fallback's proposal
+            self.fallback.accept(draft, n)
         else:
-            self.at += n
+            self.at = draft.state["at"] + n
 
     def finish(self, prompt, output):
         if self.fallback is not None:
@@ -412,7 +412,7 @@ class BlockDrafter(Drafter):
         toks = sub[:k].argmax(-1) if params.greedy else sample(q_sub, generator)[:k]
         return Draft(vocab[toks].cpu(), None if q is None else q[:k], passes=1)
 
-    def accept(self, n):
+    def accept(self, draft, n):
         pass  # the cache holds the committed context only: the accepted tokens are fed next time
 
     def propose_tree(self, context, shape, k, params, generator, confidence=None) -> TreeDraft:
@@ -439,5 +439,5 @@ class BlockDrafter(Drafter):
                 break
         return grow.result(passes=1)
 
-    def accept_path(self, path):
+    def accept_path(self, draft, path):
         pass  # no node was written to the draft's cache

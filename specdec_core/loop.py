@@ -138,7 +138,7 @@ class Linear(Method):
 
     def commit(self, lm, draft, verdict):
         lm.cache.rollback(draft.tokens.numel() - verdict.accepted)
-        self.drafter.accept(verdict.accepted)
+        self.drafter.accept(draft, verdict.accepted)
 
 
 class Parallel(Linear):
@@ -192,7 +192,7 @@ class TreeDecoding(Method):
         # verify committed the root and the tree's N nodes last, so the root's slot is N + 1 from the end
         root = lm.length - (draft.tree.n + 1)
         lm.cache.retain([root + i for i in verdict.path], start=root + 1)  # node i sits at root + i
-        self.drafter.accept_path(verdict.path)
+        self.drafter.accept_path(draft, verdict.path)
 
 
 def cut(new: list[int], room: int, eos: set[int]) -> tuple[list[int], bool]:

@@ -30,7 +30,7 @@ Notation: p = target law, q = draft law.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -234,6 +234,7 @@ class TreeDraft:
     q: torch.Tensor | None  # [N, V] float64: the law node i's token was drawn from (None when greedy)
     passes: int  # draft forward passes spent
     source: str = ""  # as Draft.source ("prediction": the caller's predicted output)
+    state: dict = field(default_factory=dict)  # as Draft.state: what the proposing drafter needs at accept_path
 
 
 def draw_siblings(logits: torch.Tensor, q: torch.Tensor | None, m: int, generator):

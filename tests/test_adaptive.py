@@ -113,9 +113,10 @@ def test_the_chooser_switches_on_past_verdicts_only(toy16):
     assert c.choices["ngram"] > 0 and sum(c.counts["ngram"]) > 0, (c.choices, c.counts)
     ctx = PROMPTS[1].tolist()
     c.reset(PROMPTS[1], 64)
-    c.propose(ctx, 3, SamplingParams(), None)
-    assert c._last is c.ngram  # no evidence yet: lookup's match wins (free drafting)
-    c.accept(0)
+    d = c.propose(ctx, 3, SamplingParams(), None)
+    assert c._last is c.ngram and d.state["by"] is c.ngram  # no evidence yet: lookup's match wins (free drafting)
+    c.accept(d, 0)
+    assert c.counts["ngram"] == [0, 1]  # the rejection is counted against the drafter that proposed
     c.counts = {"ngram": [0, 30], "model": [30, 0]}
     c.propose(ctx, 3, SamplingParams(), None)
     assert c._last is c.model

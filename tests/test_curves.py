@@ -40,15 +40,14 @@ class OneDrawPerStep(curves.ControlledDrafter):
         tokens = ref[n:n + k]
         if tokens and float(torch.rand(1, generator=self._rng)) >= self.alpha:
             tokens[0] = (tokens[0] + 1) % self.vocab_size
-        self._proposed = tokens
-        return sd.Draft(torch.tensor(tokens, dtype=torch.long), None, passes=0)
+        return sd.Draft(torch.tensor(tokens, dtype=torch.long), None, passes=0, state={"own": None})
 
 
 class NaiveCost(curves.ControlledDrafter):
     """Mutant: tells the cost drafter that n of *its own* tokens were kept, whatever was committed."""
 
-    def accept(self, n):
-        self.cost.accept(n)
+    def accept(self, draft, n):
+        self.cost.accept(draft.state["own"], n)
 
 
 def pooled(toy16, refs, alpha, cls=curves.ControlledDrafter, k=4, min_tested=2000):

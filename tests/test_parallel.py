@@ -62,8 +62,8 @@ class CacheSpy(BlockDrafter):
         self.context = list(context)
         return super().propose(context, k, params, generator)
 
-    def accept(self, n):
-        super().accept(n)
+    def accept(self, draft, n):
+        super().accept(draft, n)
         assert self.lm.length == len(self.context)
         fresh = CachedLM(self.model, len(self.context))
         fresh.forward(torch.tensor(self.context))

@@ -205,10 +205,13 @@ def test_stream_with_graphs_yields_what_eager_yields(toy16):
 
 
 def test_two_open_streams_never_share_a_static_cache(toy16):
-    """Static caches are kept between decodes, never shared by two at once: interleaved streams decode as alone."""
-    kw = dict(method="linear", drafter=toy16.drafters["ngram"], k=K, max_new_tokens=16, graphs=True)
-    alone = [sum(sd.stream(toy16.target, p, **kw), []) for p in (PROMPT, PROMPT[:5])]
-    a, b = sd.stream(toy16.target, PROMPT, **kw), sd.stream(toy16.target, PROMPT[:5], **kw)
+    """Static caches are kept between decodes, never shared by two at once: interleaved streams decode as alone
+    (each with its own drafter: two live decodes on one drafter are refused, tests/test_engine.py)."""
+    kw = dict(method="linear", k=K, max_new_tokens=16, graphs=True)
+    ngram = toy16.drafters["ngram"]
+    alone = [sum(sd.stream(toy16.target, p, drafter=ngram, **kw), []) for p in (PROMPT, PROMPT[:5])]
+    a = sd.stream(toy16.target, PROMPT, drafter=ngram, **kw)
+    b = sd.stream(toy16.target, PROMPT[:5], drafter=ngram.fork(), **kw)
     out_a, out_b = [], []
     for x, y in itertools.zip_longest(a, b, fillvalue=[]):
         out_a += x

@@ -196,7 +196,7 @@ def test_commit_keeps_only_the_accepted_path(toy16):
     assert [d.tree.paths[i - 1] for i in path] == [(1,), (1, 1), (1, 1, 0)]
     ptrs = [l.keys.data_ptr() for l in lm.cache.layers]
     lm.cache.retain([L + i for i in path], start=L + 1)
-    drafter.accept_path(path)
+    drafter.accept_path(d, path)
     kept = context + [int(d.tokens[i - 1]) for i in path]
     assert lm.length == len(kept) and [l.keys.data_ptr() for l in lm.cache.layers] == ptrs
     ref = CachedLM(target, 64)

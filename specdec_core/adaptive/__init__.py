@@ -64,12 +64,11 @@ class HybridDrafter(Drafter):
             d = self.model.propose(context, k, params, generator,
                                    **({} if confidence is None else {"confidence": confidence}))
         self.choices[self._last.name] += 1
+        d.state["by"] = self._last  # who proposed it: accept hands the verdict to that drafter
         return d
 
-    def accept(self, n: int) -> None:
-        if self._last is None:
-            raise RuntimeError("accept() before propose(): the loop calls them in turn")
-        self._last.accept(n)
+    def accept(self, draft, n: int) -> None:
+        draft.state["by"].accept(draft, n)
 
 
 class ChoosingDrafter(HybridDrafter):
@@ -93,7 +92,7 @@ class ChoosingDrafter(HybridDrafter):
         super().__init__(ngram, model, min_match)
         if not 0 <= cost < 10:
             raise ValueError(f"cost must be the draft pass's cost over the target pass's, in [0, 10), got {cost}")
-        self.cost, self.counts, self._drafted = cost, {"ngram": [0, 0], "model": [0, 0]}, 0
+        self.cost, self.counts = cost, {"ngram": [0, 0], "model": [0, 0]}
 
     def reset(self, prompt, capacity) -> None:
         super().reset(prompt, capacity)
@@ -112,15 +111,10 @@ class ChoosingDrafter(HybridDrafter):
         model = self.expected(self.alpha("model"), k) / (1 + k * self.cost)
         return super().use_lookup(lookup, k) and kn > 0 and self.expected(self.alpha("ngram"), kn) >= model
 
-    def propose(self, context, k, params, generator, confidence=None) -> Draft:
-        d = super().propose(context, k, params, generator, confidence)
-        self._drafted = d.tokens.numel()
-        return d
-
-    def accept(self, n: int) -> None:
-        super().accept(n)
-        c = self.counts[self._last.name]
-        c[0], c[1] = c[0] + n, c[1] + (n < self._drafted)
+    def accept(self, draft, n: int) -> None:
+        super().accept(draft, n)
+        c = self.counts[draft.state["by"].name]
+        c[0], c[1] = c[0] + n, c[1] + (n < draft.tokens.numel())
 
 
 def hybrid_of(drafters: dict) -> dict:

@@ -356,8 +356,8 @@ class SuffixDrafter(Drafter):
         """The laws of deterministic tokens ``[k']``: row i one-hot on token i, kept as the tokens."""
         return OneHotLaws(toks, self.vocab_size)
 
-    def accept(self, n):
+    def accept(self, draft, n):
         pass  # the tries hold committed tokens only: the accepted ones are indexed at the next proposal
 
-    def accept_path(self, path):
+    def accept_path(self, draft, path):
         pass

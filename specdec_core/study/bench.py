@@ -306,15 +306,14 @@ def proposal_timer(drafter: Drafter, context: list[int], params: SamplingParams 
     drafter's cache is set up once and rolled back after each call (a pointer move)."""
     base = len(context) - 1
     drafter.reset(torch.tensor(context), len(context) + 2 * getattr(drafter, "max_block", 16) + 2)
-    drafter.propose(context[:-1], 1, params, None)
-    drafter.accept(0)
+    drafter.accept(drafter.propose(context[:-1], 1, params, None), 0)
     timer = Timer(drafter.lm.device)
 
     def timed(k: int) -> float:
         drafter.lm.cache.rollback(drafter.lm.length - base)
         g = torch.Generator().manual_seed(k)
-        _, dt = timer.time(drafter.propose, context, k, params, g)
-        drafter.accept(0)
+        d, dt = timer.time(drafter.propose, context, k, params, g)
+        drafter.accept(d, 0)
         return dt
 
     return timed
@@ -354,11 +353,11 @@ class TimedDrafter(Drafter):
         kw = {} if confidence is None else {"confidence": confidence}
         return self._timed(lambda: self.inner.propose_tree(context, shape, k, params, generator, **kw), context, k)
 
-    def accept(self, n):
-        self.inner.accept(n)
+    def accept(self, draft, n):
+        self.inner.accept(draft, n)
 
-    def accept_path(self, path):
-        self.inner.accept_path(path)
+    def accept_path(self, draft, path):
+        self.inner.accept_path(draft, path)
 
 
 # -- pooling runs that keep their steps ---------------------------------------------------------------

@@ -82,7 +82,7 @@ class ControlledDrafter(Drafter):
     step that drafter's own proposal for the same context and K is computed and discarded, so the step pays its
     passes, time and cache work. Its cache must hold a prefix of what was *committed*, not its discarded
     proposals: after the verdict it keeps its own first j proposed tokens, j = how many of them equal the
-    committed ones (``cost.accept(j)``), and the rest of the committed tokens are fed to it at the start of its
+    committed ones (``cost.accept(own, j)``), and the rest of the committed tokens are fed to it at the start of its
     next proposal, in one pass. Beside the real drafter's own steps that costs nothing where its proposals agree
     with the committed tokens and one wider first pass where they do not (it reads n + 1 tokens instead of 1);
     chapter 10 measures the draft phase of both.
@@ -103,8 +103,6 @@ class ControlledDrafter(Drafter):
         self.vocab_size = cost.vocab_size if cost is not None else None
         self.name = "controlled" if cost is None else f"controlled+{cost.name}"
         self._rng = torch.Generator().manual_seed(self.seed)
-        self._proposed: list[int] = []
-        self._own: list[int] = []
 
     def bind(self, target) -> None:
         vocab = target.config.get_text_config().vocab_size
@@ -140,25 +138,25 @@ class ControlledDrafter(Drafter):
             raise ValueError("ControlledDrafter sets its own acceptance: a confidence stop does not apply")
         self._check_prefix(context)
         n, ref = len(context), self.reference
-        passes = 0
+        passes, own = 0, None
         if self.cost is not None:  # the real draft's work for this context and K, discarded
             own = self.cost.propose(context, k, params, generator)
-            self._own, passes = own.tokens.tolist(), own.passes
+            passes = own.passes
         tokens = ref[n:n + k]
         kept = (torch.rand(len(tokens), generator=self._rng) < self.alpha).tolist()
         if False in kept:
             miss = kept.index(False)
             vocab = self.vocab_size or max(self.reference) + 2  # bound by generate(); unbound: any other id
             tokens[miss] = (tokens[miss] + 1) % vocab  # any token but the target's argmax
-        self._proposed = tokens
-        return Draft(torch.tensor(tokens, dtype=torch.long), None, passes=passes)
+        return Draft(torch.tensor(tokens, dtype=torch.long), None, passes=passes, state={"own": own})
 
-    def accept(self, n) -> None:
-        if self.cost is not None:
-            committed, own, j = self._proposed[:n], self._own, 0
-            while j < min(n, len(own)) and own[j] == committed[j]:
+    def accept(self, draft, n) -> None:
+        own = draft.state["own"]  # the cost drafter's own proposal for this step
+        if own is not None:
+            committed, mine, j = draft.tokens[:n].tolist(), own.tokens.tolist(), 0
+            while j < min(n, len(mine)) and mine[j] == committed[j]:
                 j += 1
-            self.cost.accept(j)
+            self.cost.accept(own, j)
 
 
 # -- a grid of runners and what the chapter reads from its run ------------------------------------------------

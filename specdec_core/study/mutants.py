@@ -202,7 +202,6 @@ class RawLogitsQ(ModelDrafter):
 
     def propose(self, context, k, params, generator):
         lm = self.lm
-        self._base = len(context)
         logits = lm.forward(torch.tensor(context[lm.length:], dtype=torch.long), logits_to_keep=1)[-1]
         tokens, qs = [], []
         for i in range(k):
@@ -212,7 +211,7 @@ class RawLogitsQ(ModelDrafter):
             if i + 1 < k:
                 logits = lm.forward(torch.tensor([t]), logits_to_keep=1)[-1]
         q = None if params.greedy else torch.stack(qs)
-        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k)
+        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k, state={"base": len(context)})
 
 
 class PeekingStop(Drafter):
@@ -246,10 +245,10 @@ class PeekingStop(Drafter):
         i = torch.arange(d.tokens.numel())
         risky = (p[i, d.tokens] < d.q[i, d.tokens])[1:].nonzero()
         n = 1 + int(risky[0]) if len(risky) else d.tokens.numel()
-        return Draft(d.tokens[:n], d.q[:n], d.passes)
+        return Draft(d.tokens[:n], d.q[:n], d.passes, state=d.state)
 
-    def accept(self, n):
-        self.inner.accept(n)
+    def accept(self, draft, n):
+        self.inner.accept(draft, n)
 
 
 class PeekingChooser(PeekingStop):
@@ -279,9 +278,13 @@ class PeekingChooser(PeekingStop):
         x = int(d.tokens[0])
         look = self.ngram.propose(context, k, params, generator)
         if p[x] < d.q[0, x] and look.tokens.numel():
-            self.inner.accept(0)  # the model's cache forgets its proposal; it catches up on the context next time
+            self.inner.accept(d, 0)  # the model's cache forgets its proposal; it catches up on the context next time
+            look.state["by"] = self.ngram
             return look
         return d
+
+    def accept(self, draft, n):
+        draft.state.get("by", self.inner).accept(draft, n)
 
 
 class SuffixFrequencyQ(SuffixDrafter):
