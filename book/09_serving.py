@@ -29,7 +29,12 @@
 #
 # Speculation also changes how an answer arrives. Tokens come in bursts whenever a verify pass accepts drafts,
 # and a server that times its stream *per chunk* reports one long gap where the reader received several tokens.
-# The last section measures both.
+# The streaming section measures both.
+#
+# No server runs its batches in lockstep, though: requests arrive, wait for a row, and leave when done. The section
+# on continuous batching serves a traffic mix of chat and input-grounded requests through `sd.serving.Engine` at
+# loads from light to past saturation, and asks at which load each way of speculating stops paying, against goodput
+# and tail latency, and whether choosing K each step from the load keeps the best of both.
 
 # %% tags=["parameters"]
 model = "smollm2-135m"         # embedded name, Hugging Face id, or local path
@@ -46,6 +51,15 @@ pass_repeats = 5               # rounds timing the single-sequence passes t(T) o
 stream_prompts = 3             # prompts decoded one at a time for the streaming section
 check_batch = 8                # the batch size whose autoregressive speed is set against B 1 and its requests one by one
 trend_p = 0.05                 # the rank correlation's p-value under which speculation's ratio has a direction in B
+engine_requests = 12           # requests of the traffic mix the engine serves at each load
+engine_share = 0.5             # their input-grounded share (0: the chat mix alone)
+engine_loads = [0.15, 0.6, 1.2]  # arrival rates as fractions of autoregressive decoding's saturation throughput
+engine_max_batch = 8           # the engine's rows (vLLM's max_num_seqs)
+engine_max_new_tokens = 96     # per request
+engine_repeats = 1             # rounds of the load sweep (each draws new schedules, replayed for every policy)
+k_suffix = 32                  # the cap on a suffix step's length (chapter 11's)
+slo_ttft = 4.0                 # goodput's SLOs, as multiples of autoregressive decoding's median at the lowest load
+slo_tpot = 1.5
 out_dir = "../build/book/09_serving"
 params_name = None  # the parameter file's name, injected by scripts/run_book.py (banner)
 
@@ -380,6 +394,139 @@ display(Markdown("\n".join(
     for name, r in med.iterrows())))
 
 # %% [markdown]
+# ## Continuous batching under load
+# The batches above start together and run until their last row ends. A server's requests arrive, wait, join
+# a running batch and leave when they are done: `sd.serving.Engine` schedules at the iteration level, as Orca and
+# vLLM do. Each step it retires finished rows, admits the requests that have arrived (each prefilled alone, then
+# placed into a free row of one preallocated cache), drafts every row with the row's own method, drafter and K,
+# verifies all rows in **one** target pass, and accepts each row with the core's own rule
+# (`specdec_core/serving/engine.py` maps each piece onto vLLM's scheduler). Every token is stamped with its time
+# since the request's *arrival*, so the time to first token includes the wait for a row.
+#
+# Load is a fraction of autoregressive decoding's saturation throughput (every request waiting at t = 0); each load
+# draws one Poisson schedule (`sd.serving.arrivals`, vLLM's draws), replayed for every policy on the same requests: a
+# traffic mix of chat prompts and input-grounded ones (chapter 11's family; `engine_share` of them). The policies:
+# autoregressive; prompt lookup at chapter 6's K; the suffix drafter capped at `k_suffix` (no memory across
+# requests: every policy and round replays the same requests); *per class* (suffix for input-grounded requests,
+# prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
+# `k="adaptive"`: each step the engine chooses the adaptive rows' K, 0 included, to maximize the batch's expected
+# tokens per second from a step-cost model t(rows, tokens) measured first and each row's running acceptance
+# (SmartSpec's goodput rule, `sd.serving.StepCost`). The measures are vLLM's (`specdec_core/serving/metrics.py`):
+# TTFT, TPOT = (E2E − TTFT)/(tokens − 1), per-token ITL (a step's gap shared among its tokens), E2E, and goodput,
+# the requests per second that met every SLO.
+
+# %%
+from specdec_core.serving import StepCost
+from specdec_core.study import load as ld
+
+grounded_ids = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded("eval", per_task=3)]
+mix = sd.prompts.traffic_mix([("chat", ids) for ids in encoded], [("grounded", ids) for ids in grounded_ids],
+                             engine_share, engine_requests, seed=0)
+step_cost = StepCost.measure(pair.target, max_rows=engine_max_batch)
+sc = pd.Series(step_cost.verify).unstack()
+ch.save(sc.rename_axis(index="rows", columns="tokens").reset_index(), "step_costs")
+book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows) of T tokens each (columns), in "
+          "one-row one-token passes, timed here at a 64-token context.", prefill=False, digits=2)
+
+ngram_drafter, suffix_drafter = pair.drafters["ngram"], sd.SuffixDrafter(learn=False)
+policies = {
+    "autoregressive": lambda cls: {},
+    f"n-gram, K = {k_ngram}": lambda cls: dict(method="linear", drafter=ngram_drafter, k=k_ngram),
+    f"suffix, K ≤ {k_suffix}": lambda cls: dict(method="linear", drafter=suffix_drafter, k=k_suffix),
+    "per class": lambda cls: (dict(method="linear", drafter=suffix_drafter, k=k_suffix) if cls == "grounded"
+                              else dict(method="linear", drafter=ngram_drafter, k=k_ngram)),
+    "load-adaptive": lambda cls: dict(method="linear", drafter=suffix_drafter if cls == "grounded" else ngram_drafter,
+                                      k="adaptive"),
+}
+saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)
+load_runs = ld.load_sweep(pair.target, mix, policies, engine_loads, saturation, engine_max_batch,
+                          engine_max_new_tokens, repeats=engine_repeats, step_cost=step_cost, progress=book.progress)
+n_classes = pd.Series([c for c, _ in mix]).value_counts().to_dict()
+print(f"{len(mix)} requests ({', '.join(f'{n} {c}' for c, n in n_classes.items())}); autoregressive saturation "
+      f"{saturation:.2f} requests/s at {engine_max_batch} rows; loads {engine_loads} of it")
+
+# %% [markdown]
+# Every request of every policy and load is compared with `sd.generate` on its prompt alone, greedy, whatever its
+# neighbours and arrival (a float32 divergence excused only at a near-tie, as above):
+
+# %%
+engine_refs = {j: sd.generate(pair.target, ids, max_new_tokens=engine_max_new_tokens).tokens
+               for j, (_, ids) in enumerate(mix)}
+engine_ties = []
+for r in load_runs.itertuples():
+    assert r.error is None, f"{r.policy} at load {r.load}, request {r.request}: {r.error}"
+    pos, gap = ex.first_divergence(pair.target, mix[r.request][1], r.tokens, engine_refs[r.request])
+    assert ex.excused(pos, gap), f"{r.policy} at load {r.load}, request {r.request}: diverges at {pos} ({gap})"
+    if pos is not None:
+        engine_ties.append((r.policy, r.load, r.request, pos, gap))
+identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × "
+                 f"{report.count(len(engine_loads), 'load')} × {report.count(engine_repeats, 'round')} × {len(mix)}) "
+                 f"decoded the text of `generate` alone" + (f"; near-ties excused: {len(engine_ties)}" if engine_ties else ""))
+print(identity_line)
+
+# %%
+ar_low = load_runs[(load_runs.policy == "autoregressive") & (load_runs.load == min(engine_loads))]
+slo = dict(ttft=slo_ttft * float(ar_low.ttft.median()), tpot=slo_tpot * float(ar_low.tpot.median()))
+load_table = ld.summary(load_runs, slo)
+class_table = ld.summary(load_runs, slo, by=("policy", "load", "cls"))
+ch.save(load_runs.drop(columns=["tokens", "itl"]), "load_runs")
+ch.save(load_table, "load_summary")
+ch.save(class_table, "load_summary_by_class")
+book.show(load_table.set_index(["policy", "load"])[["request_rate", "tokens_per_s", "goodput", "ttft_p50_ms",
+                                                    "tpot_p50_ms", "itl_p99_ms", "e2e_p99_ms"]],
+          f"Each policy (rows) at each load (a fraction of autoregressive saturation): finished requests/s, tokens/s, "
+          f"goodput (requests/s with TTFT ≤ {1e3 * slo['ttft']:.0f} ms and TPOT ≤ {1e3 * slo['tpot']:.1f} ms), and "
+          f"latencies in ms (TTFT and E2E from each request's arrival); median over "
+          f"{report.count(engine_repeats, 'round')}.", prefill=True, digits=2)
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+for ax, (col, label) in zip(axes, (("goodput", "goodput (requests/s within SLO)"), ("itl_p99_ms", "p99 per-token ITL (ms)"))):
+    sns.lineplot(data=load_table, x="load", y=col, hue="policy", marker="o", ax=ax)
+    ax.set(xlabel="load (fraction of autoregressive saturation)", ylabel=label)
+axes[1].get_legend().remove()
+fig.suptitle("serving a traffic mix under load")
+ch.savefig(fig, "load_sweep")
+
+# %% [markdown]
+# Per class: what each policy gives the requests it helps, and what it costs the ones it does not (median TPOT and
+# E2E in ms):
+
+# %%
+book.show(class_table.pivot_table(index=["cls", "policy"], columns="load", values="tpot_p50_ms"),
+          "Median TPOT (ms) per request class and policy (rows) at each load (columns).", prefill=False, digits=1)
+
+k_tab = ld.k_table(load_runs, "load-adaptive")
+ch.save(k_tab, "k_by_batch_size")
+display(Markdown("*The K the load-adaptive policy chose, per batch size (live rows of the step): steps, median and "
+                 "mean K, and the share of steps that did not speculate.*"))
+display(report.shown(k_tab.set_index("batch_size"), 2))
+vllm_k = ld.vllm_k_setting(k_tab)
+print(f"num_speculative_tokens_per_batch_size = {vllm_k}  # vLLM's batch-size table for this pair and machine")
+
+# %%
+g = load_table.set_index(["policy", "load"])
+engine_lines = [f"- **Continuous batching**: {identity_line}."]
+others = [p for p in policies if p != "load-adaptive"]
+for load in sorted(engine_loads):
+    best = max(others, key=lambda p: g.loc[(p, load), "goodput"])
+    engine_lines.append(
+        f"- Load {load:g}: load-adaptive goodput {g.loc[('load-adaptive', load), 'goodput']:.2f} requests/s, the best "
+        f"other policy ({best}) {g.loc[(best, load), 'goodput']:.2f}, autoregressive "
+        f"{g.loc[('autoregressive', load), 'goodput']:.2f}.")
+low, high = min(engine_loads), max(engine_loads)
+engine_lines.append(
+    f"- At load {low:g}, median TPOT: load-adaptive {g.loc[('load-adaptive', low), 'tpot_p50_ms']:.1f} ms against "
+    f"autoregressive {g.loc[('autoregressive', low), 'tpot_p50_ms']:.1f} ms "
+    f"({g.loc[('autoregressive', low), 'tpot_p50_ms'] / g.loc[('load-adaptive', low), 'tpot_p50_ms']:.2f}× better); "
+    f"at load {high:g}, p99 per-token ITL {g.loc[('load-adaptive', high), 'itl_p99_ms']:.1f} ms against "
+    f"{g.loc[('autoregressive', high), 'itl_p99_ms']:.1f} ms.")
+for p in others[1:]:
+    x = ld.crossover(load_table, p)
+    engine_lines.append(f"- {p}: goodput below autoregressive decoding's "
+                        + (f"from load {x:g}." if x is not None else "at no load of the sweep."))
+display(Markdown("\n".join(engine_lines)))
+
+# %% [markdown]
 # ## Summary
 # What this run measured (every number above comes from it; the reference run on the book's 2-core CPU
 # is in `data/reference/book/09_serving/`):
@@ -389,7 +536,7 @@ summary = [f"- All {checked} rows ({'; '.join(f'{m}: {n}' for m, n in by_method.
            + (f" (near-ties excused: {len(ties)})." if ties else ".")]
 summary += [f"- {name}: {report.ratio_phrase(paired(*c))}; the decode loop alone "
             f"{report.ratio_phrase(paired(*c, col='decode_tokens_per_s'))}." for name, c in checks.items()]
-summary += lines + trend_lines
+summary += lines + trend_lines + engine_lines
 summary += [f"- **Streaming, {name}** ({'medians over ' + str(stream_prompts) + ' prompts' if stream_prompts > 1 else 'one prompt'}): {int(r.tokens)} tokens in {int(r.chunks)} "
             f"chunks; per-token p50 {r.token_p50_ms:.0f} ms (autoregressive {med.loc['autoregressive', 'token_p50_ms']:.0f}), "
             f"per-chunk p50 {r.chunk_p50_ms:.0f} ms." for name, r in med.iterrows() if name != "autoregressive"]
@@ -415,3 +562,7 @@ display(Markdown("\n".join(summary)))
 #    longest). Decode one batch of B = 8 with `sd.generate_batch(..., method="linear", drafter=pair.drafters["ngram"],
 #    k=4)` and read `.stats["slot_use"]`, the fraction of the verify passes' token slots that carried a real token.
 #    How does it change with K and B, and how would a server that regroups rows every step spend the rest?
+# 6. Load-adaptive K: from `step_costs.csv` and the α of each class (`load_runs.csv`), compute by hand the K that
+#    `StepCost.best_k` would choose for 1, 4 and 8 live rows of grounded requests alone. Where does K fall to 0,
+#    and how does that compare with `k_by_batch_size.csv`? Rerun the sweep with `engine_share = 0` (chat alone):
+#    does the load-adaptive policy still match the best fixed one at every load?

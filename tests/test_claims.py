@@ -108,3 +108,28 @@ def test_the_headline_says_what_each_figure_counts():
     assert "at T = 2, 4, 5, 6, above it at T = 3, 7, 8" in block
     assert "grid points equal" not in block and "checked at every step" in block
     assert "t-approximation" in block or "exact permutation" in block
+
+
+def test_the_block_names_the_grounded_and_the_engine_results(tmp_path):
+    """Chapter 11's best method per family and chapter 9's load-adaptive goodput at each load, with each fixed
+    policy's crossover, from the tables the chapters write (absent tables: no line)."""
+    import pandas as pd
+
+    from specdec_core.tools import headline
+
+    assert headline.grounded_lines(tmp_path) == [] and headline.engine_lines(tmp_path) == []
+    (tmp_path / "11_where_it_pays").mkdir()
+    pd.DataFrame(dict(runner=["suffix warm", "n-gram K=16", "suffix warm", "suffix warm"],
+                      family=["input-grounded", "input-grounded", "chat", "input-grounded"],
+                      median=[2.5, 2.0, 1.1, 3.0], q25=[2.2, 1.8, 1.0, 2.5], q75=[2.8, 2.2, 1.2, 3.5], n=12,
+                      temperature=[0.0, 0.0, 0.0, 1.0])).to_csv(tmp_path / "11_where_it_pays/speedup.csv", index=False)
+    [line] = headline.grounded_lines(tmp_path)
+    assert "input-grounded: best suffix warm 2.50× (IQR 2.20–2.80, 12 pairs): faster" in line  # T = 1's 3.0 is not
+    assert "chat: best suffix warm 1.10×" in line
+    (tmp_path / "09_serving").mkdir()
+    pd.DataFrame(dict(policy=["autoregressive", "n-gram", "load-adaptive"] * 2, load=[0.1] * 3 + [1.2] * 3,
+                      goodput=[1.0, 1.5, 1.6, 2.0, 1.8, 2.1])).to_csv(tmp_path / "09_serving/load_summary.csv",
+                                                                      index=False)
+    [line] = headline.engine_lines(tmp_path)
+    assert "load 0.1: 1.60 against n-gram's 1.50 and autoregressive 1.00" in line
+    assert "load 1.2: 2.10 against autoregressive's 2.00" in line and "n-gram from load 1.2" in line

@@ -242,6 +242,45 @@ def serving_lines(ref: Path, trend_p: float = 0.05) -> list[str]:
             f"{report.PREFILL_COUNTED.lower()[:-1]}): " + "; ".join(parts) + "."]
 
 
+def engine_lines(ref: Path) -> list[str]:
+    """Chapter 9's continuous batching: at each load of the sweep, the load-adaptive policy's goodput beside the best
+    other policy's and autoregressive decoding's, and each fixed policy's crossover load (``load_summary.csv``)."""
+    t = _csv(ref, "09_serving/load_summary.csv")
+    if t is None or "load-adaptive" not in set(t.policy):
+        return []
+    g = t.set_index(["policy", "load"]).goodput
+    others = [p for p in dict.fromkeys(t.policy) if p != "load-adaptive"]
+    parts = []
+    for load in sorted(t.load.unique()):
+        best = max(others, key=lambda p: g.get((p, load), float("-inf")))
+        parts.append(f"load {load:g}: {g[('load-adaptive', load)]:.2f} against {best}'s {g[(best, load)]:.2f} and "
+                     f"autoregressive {g[('autoregressive', load)]:.2f}")
+    cross = []
+    for p in others[1:] if others[:1] == ["autoregressive"] else others:
+        loads = sorted(t.load.unique())
+        below = [x for x in loads if g[(p, x)] < g[("autoregressive", x)]]
+        cross.append(f"{p} from load {below[0]:g}" if below else f"{p} at no load")
+    return ["**Continuous batching** (chapter 9: `sd.serving.Engine` serving a traffic mix of chat and input-grounded "
+            "requests, Poisson arrivals at fractions of autoregressive saturation, one run per policy and load): "
+            "load-adaptive K's goodput (requests/s within the chapter's SLOs) " + "; ".join(parts)
+            + ". Goodput below autoregressive decoding's: " + "; ".join(cross) + "."]
+
+
+def grounded_lines(ref: Path) -> list[str]:
+    """Chapter 11: the best method's median ratio on the input-grounded family beside the chat mix's, greedy."""
+    t = _csv(ref, "11_where_it_pays/speedup.csv")
+    if t is None:
+        return []
+    t = t[t.temperature == 0]
+    parts = []
+    for family in ("input-grounded", "chat"):
+        g = t[t.family == family].sort_values("median", ascending=False)
+        if len(g):
+            parts.append(f"{family}: best {g.iloc[0].runner} {_ratio(g.iloc[0])}")
+    return ["**Where speculation pays** (chapter 11, greedy, settings fixed on training prompts; median paired ratio "
+            "against autoregressive decoding): " + "; ".join(parts) + "."] if parts else []
+
+
 def trend_p_method(row) -> str:
     """How chapter 9's trend p was computed: the table's ``p_method``; a table without that column holds scipy's
     ``spearmanr`` p, a t-approximation (with few ratios and ties it can fall below any p the arrangements allow)."""
@@ -268,7 +307,8 @@ def results_block(ref: Path, where: str = "data/reference/book") -> str:
     out = ["## The headline: the book's reference run", "", *run_line(timings, where), ""]
     if (ref / FIGURE).is_file():
         out += [f"![speedup over autoregressive decoding per task]({where}/{FIGURE})", ""]
-    for section in (speed_table, theory_lines, exactness_lines, curve_lines, adaptive_lines, serving_lines):
+    for section in (speed_table, theory_lines, exactness_lines, curve_lines, adaptive_lines, grounded_lines,
+                    serving_lines, engine_lines):
         lines = section(ref)
         if lines:
             out += [*lines, ""]

@@ -1,0 +1,138 @@
+"""Serving under load: the same requests and arrival schedules replayed through the engine for every policy.
+
+- A *policy* says how each request is decoded: a function from the request's class (``"chat"``, ``"grounded"``)
+  to :meth:`~specdec_core.serving.Engine.submit` keyword arguments (``method``, ``drafter``, ``k``; ``k="adaptive"``
+  lets the engine choose each step's K). Fixed policies decode every request alike; a per-class policy chooses by
+  what is known before decoding; the load-adaptive one leaves K to the engine.
+- :func:`saturation`: autoregressive decoding's throughput with every request waiting from the start (requests
+  per second at ``max_batch`` rows): the load axis is a fraction of it.
+- :func:`load_sweep`: at each load, one seeded arrival schedule (Poisson or gamma, vLLM's draws), the same for
+  every policy; policies interleaved in a rotating order within each round. One row per request: its class,
+  latencies (TTFT, TPOT, E2E, its per-token ITL), tokens, the K each step allowed and the rows it shared.
+- :func:`summary`: per (policy, load): throughput, goodput under SLOs, latency percentiles, and per class.
+- :func:`crossover`: the lowest load at which a policy's goodput (or throughput) falls below autoregressive
+  decoding's; :func:`k_table`: the K the load-adaptive policy chose at each batch size, as vLLM's
+  ``num_speculative_tokens_per_batch_size`` setting.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..record import Timer
+from ..serving import Engine, arrivals, request_metrics
+from ..serving.metrics import PERCENTILES
+
+
+def _engine_run(target, requests, policy, times, max_batch, max_new_tokens, step_cost=None, concurrency=None):
+    """Serve ``requests`` ((class, ids) pairs) arriving at ``times`` under ``policy``; the results and the wall time."""
+    e = Engine(target, max_batch=max_batch, step_cost=step_cost)
+    for (cls, ids), t in zip(requests, times):
+        e.submit(ids, arrival_s=t, max_new_tokens=max_new_tokens, **policy(cls))
+    timer = Timer(None)
+    t0 = timer.now()
+    res = e.run(concurrency=concurrency)
+    return res, timer.now() - t0, e.step_cost
+
+
+def saturation(target, requests, max_batch: int, max_new_tokens: int) -> float:
+    """Autoregressive decoding's requests per second with every request waiting at t = 0 (``max_batch`` rows busy
+    while any wait): the most this engine serves without speculation."""
+    res, wall, _ = _engine_run(target, requests, lambda cls: {}, [0.0] * len(requests), max_batch, max_new_tokens)
+    failed = [r.error for r in res if r.error is not None]
+    if failed:
+        raise RuntimeError(f"the saturation run failed: {failed[0]!r}")
+    return len(res) / wall
+
+
+def load_sweep(target, requests, policies: dict, loads, rate_at_saturation: float, max_batch: int,
+               max_new_tokens: int, repeats: int = 1, burstiness: float = 1.0, seed: int = 0,
+               step_cost=None, progress=None) -> pd.DataFrame:
+    """One row per (round, load, policy, request). ``requests``: (class, ids) pairs; ``policies``: name → policy
+    (a function of the class); ``loads``: fractions of ``rate_at_saturation`` (requests per second). Each
+    (round, load) draws one arrival schedule (seed ``seed + 1000·round + index of the load``), replayed for every
+    policy in a rotating order. ``step_cost``: the engine's :class:`~specdec_core.serving.StepCost` for adaptive
+    requests (measured once and shared, so every adaptive run chooses from the same model)."""
+    names = list(policies)
+    rows = []
+    bar = progress(total=repeats * len(loads) * len(names), desc="load sweep") if progress else None
+    for rnd in range(repeats):
+        for li, load in enumerate(loads):
+            rate = load * rate_at_saturation
+            times = arrivals(len(requests), rate, burstiness, seed=seed + 1000 * rnd + li)
+            shift = (rnd * len(loads) + li) % len(names)
+            for name in names[shift:] + names[:shift]:
+                res, wall, step_cost = _engine_run(target, requests, policies[name], times, max_batch,
+                                                   max_new_tokens, step_cost)
+                for j, ((cls, _), r) in enumerate(zip(requests, res)):
+                    row = dict(round=rnd, load=load, rate=rate, policy=name, request=j, cls=cls, wall_s=wall,
+                               arrival_s=r.arrival_s, error=None if r.error is None else repr(r.error),
+                               tokens=r.tokens, ks=r.ks, batch_rows=r.rows, alpha=r.stats.alpha)
+                    if r.error is None:
+                        m = request_metrics(r.stats.token_times)
+                        row.update(ttft=m["ttft"], tpot=m["tpot"], e2e=m["e2e"], itl=m["itl"], n_tokens=m["tokens"])
+                    rows.append(row)
+                if bar:
+                    bar.update(1)
+    if bar:
+        bar.close()
+    return pd.DataFrame(rows)
+
+
+def _pct(values, p):
+    v = [x for x in values if not (isinstance(x, float) and math.isnan(x))]
+    return float(np.percentile(v, p)) if v else float("nan")
+
+
+def summary(runs: pd.DataFrame, slo: dict, by=("policy", "load")) -> pd.DataFrame:
+    """Per group (and round, then the median over rounds): requests/s, tokens/s and goodput (requests/s meeting
+    every SLO in ``slo``: limits in seconds on ``ttft``, ``tpot``, ``e2e``) over the span from the first arrival to
+    the last token, and the p50/p90/p99 of TTFT, TPOT, E2E and per-token ITL (ms)."""
+    out = []
+    for key, g in runs.groupby(list(by) + ["round"], sort=False):
+        ok = g[g.error.isna()]
+        span = float((ok.arrival_s + ok.e2e).max() - g.arrival_s.min()) if len(ok) else float("nan")
+        good = ok.apply(lambda r: all(r[name] <= lim for name, lim in slo.items()
+                                      if not (isinstance(r[name], float) and math.isnan(r[name]))), axis=1)
+        row = dict(zip(list(by) + ["round"], key if isinstance(key, tuple) else (key,)))
+        row.update(requests=len(g), failed=len(g) - len(ok), request_rate=len(ok) / span,
+                   tokens_per_s=float(ok.n_tokens.sum()) / span, goodput=float(good.sum()) / span)
+        for m in ("ttft", "tpot", "e2e"):
+            for p in PERCENTILES:
+                row[f"{m}_p{p}_ms"] = 1e3 * _pct(ok[m], p)
+        itl = [x for v in ok.itl for x in v]
+        for p in PERCENTILES:
+            row[f"itl_p{p}_ms"] = 1e3 * _pct(itl, p)
+        out.append(row)
+    df = pd.DataFrame(out)
+    return df.groupby(list(by), sort=False).median(numeric_only=True).drop(columns="round").reset_index()
+
+
+def crossover(table: pd.DataFrame, policy: str, baseline: str = "autoregressive", measure: str = "goodput"):
+    """The lowest load at which ``policy``'s ``measure`` falls below ``baseline``'s (None: none in the sweep)."""
+    t = table.set_index(["policy", "load"])[measure]
+    for load in sorted(table.load.unique()):
+        if (policy, load) in t and (baseline, load) in t and t[(policy, load)] < t[(baseline, load)]:
+            return float(load)
+    return None
+
+
+def k_table(runs: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """The K the engine chose for ``policy``'s requests, per batch size (live rows of the step): steps, median and
+    mean K, and the share of steps with K = 0; the median per batch size is the ``num_speculative_tokens`` a
+    vLLM batch-size table (``num_speculative_tokens_per_batch_size``) would hold for this pair and machine."""
+    r = runs[(runs.policy == policy) & runs.error.isna()]
+    steps = pd.DataFrame([(b, k) for ks, bs in zip(r.ks, r.batch_rows) for k, b in zip(ks, bs)],
+                         columns=["batch_size", "k"])
+    if steps.empty:
+        return pd.DataFrame(columns=["batch_size", "steps", "k_median", "k_mean", "k0_share"])
+    g = steps.groupby("batch_size").k
+    return pd.DataFrame({"steps": g.size(), "k_median": g.median(), "k_mean": g.mean(),
+                         "k0_share": g.apply(lambda k: float((k == 0).mean()))}).reset_index()
+
+
+def vllm_k_setting(table: pd.DataFrame) -> dict[int, int]:
+    """``{batch size: K}`` from :func:`k_table` (its medians, rounded down): the dictionary a vLLM user could set."""
+    return {int(b): int(k) for b, k in zip(table.batch_size, table.k_median)}
