@@ -85,17 +85,20 @@ class _Request:
 
 
 class _Row:
-    """One row of the batch cache, seen as a single sequence's ``lm.cache`` by the core's commit phase."""
+    """Row ``r`` of a batch cache as the core's commit phase sees a single sequence's model: ``lm.cache.rollback``."""
 
-    def __init__(self, cache, r: int):
-        self.cache, self.r = self, r
-        self._batch = cache
+    def __init__(self, batch_cache, r: int):
+        self.batch_cache, self.r = batch_cache, r
+
+    @property
+    def cache(self) -> _Row:
+        return self
 
     def rollback(self, n: int) -> None:
         if n:
-            by = torch.zeros(self._batch.batch, dtype=torch.long)
+            by = torch.zeros(self.batch_cache.batch, dtype=torch.long)
             by[self.r] = n
-            self._batch.rollback(by)
+            self.batch_cache.rollback(by)
 
 
 def _is_time(x) -> bool:
@@ -239,11 +242,11 @@ class Engine:
     def _step(self, live: list[_Request], lm: BatchLM, now) -> None:
         """One decode step for every live row: draft (each its own), one verify pass, accept, commit."""
         t_draft = now()
-        ks = self._choose_ks(live) if self.step_cost is not None else None
+        ks = self._choose_ks(live)
         steps = []  # (request, phases, draft, feed)
         for r, q in enumerate(live):
             room = q.options.max_new_tokens - len(q.result.tokens)
-            k = min(q.k_max if ks is None else ks[r], room - 1)
+            k = min(ks[r], room - 1)
             phases = q.method.phases(room) if k >= 1 else Autoregressive(q.method.params, q.method.generator)
             if q.adaptive and k >= 1:
                 phases.k = k
@@ -285,7 +288,8 @@ class Engine:
                 s.decode_s = s.token_times[-1] - s.token_times[0]
 
     def _choose_ks(self, live: list[_Request]) -> list[int]:
-        """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best."""
+        """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best
+        (:meth:`run` measures the model whenever a request is adaptive)."""
         if not any(q.adaptive for q in live):
             return [q.k_max for q in live]
         best = self.step_cost.best_k([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live])
@@ -344,7 +348,6 @@ class StepCost:
         V = target.config.get_text_config().vocab_size
         lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
         timer, out = Timer(next(target.parameters()).device), {}
-        full = (lm.cache.lengths.clone(), lm.cache.starts.clone())
         for B in rows:
             lm.cache.live(B)
             for T in cls.TOKENS:
@@ -352,7 +355,6 @@ class StepCost:
                 lm.forward(ids)
                 times = sorted(timer.time(lm.forward, ids)[1] for _ in range(repeats))
                 out[(B, T)] = times[len(times) // 2]
-        del full
         return cls(out)
 
     def t(self, rows: int, tokens: int) -> float:
