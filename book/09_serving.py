@@ -428,16 +428,7 @@ ch.save(sc.rename_axis(index="rows", columns="tokens").reset_index(), "step_cost
 book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows) of T tokens each (columns), in "
           "one-row one-token passes, timed here at a 64-token context.", prefill=False, digits=2)
 
-ngram_drafter, suffix_drafter = pair.drafters["ngram"], sd.SuffixDrafter(learn=False)
-policies = {
-    "autoregressive": lambda cls: {},
-    f"n-gram, K = {k_ngram}": lambda cls: dict(method="linear", drafter=ngram_drafter, k=k_ngram),
-    f"suffix, K ≤ {k_suffix}": lambda cls: dict(method="linear", drafter=suffix_drafter, k=k_suffix),
-    "per class": lambda cls: (dict(method="linear", drafter=suffix_drafter, k=k_suffix) if cls == "grounded"
-                              else dict(method="linear", drafter=ngram_drafter, k=k_ngram)),
-    "load-adaptive": lambda cls: dict(method="linear", drafter=suffix_drafter if cls == "grounded" else ngram_drafter,
-                                      k="adaptive"),
-}
+policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
 saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)
 load_runs = ld.load_sweep(pair.target, mix, policies, engine_loads, saturation, engine_max_batch,
                           engine_max_new_tokens, repeats=engine_repeats, step_cost=step_cost, progress=book.progress)
@@ -450,23 +441,14 @@ print(f"{len(mix)} requests ({', '.join(f'{n} {c}' for c, n in n_classes.items()
 # neighbours and arrival (a float32 divergence excused only at a near-tie, as above):
 
 # %%
-engine_refs = {j: sd.generate(pair.target, ids, max_new_tokens=engine_max_new_tokens).tokens
-               for j, (_, ids) in enumerate(mix)}
-engine_ties = []
-for r in load_runs.itertuples():
-    assert r.error is None, f"{r.policy} at load {r.load}, request {r.request}: {r.error}"
-    pos, gap = ex.first_divergence(pair.target, mix[r.request][1], r.tokens, engine_refs[r.request])
-    assert ex.excused(pos, gap), f"{r.policy} at load {r.load}, request {r.request}: diverges at {pos} ({gap})"
-    if pos is not None:
-        engine_ties.append((r.policy, r.load, r.request, pos, gap))
+engine_ties = ld.greedy_identity(pair.target, mix, load_runs, engine_max_new_tokens)
 identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × "
                  f"{report.count(len(engine_loads), 'load')} × {report.count(engine_repeats, 'round')} × {len(mix)}) "
                  f"decoded the text of `generate` alone" + (f"; near-ties excused: {len(engine_ties)}" if engine_ties else ""))
 print(identity_line)
 
 # %%
-ar_low = load_runs[(load_runs.policy == "autoregressive") & (load_runs.load == min(engine_loads))]
-slo = dict(ttft=slo_ttft * float(ar_low.ttft.median()), tpot=slo_tpot * float(ar_low.tpot.median()))
+slo = ld.slo_from(load_runs, slo_ttft, slo_tpot)
 load_table = ld.summary(load_runs, slo)
 class_table = ld.summary(load_runs, slo, by=("policy", "load", "cls"))
 ch.save(load_runs.drop(columns=["tokens", "itl"]), "load_runs")
@@ -506,13 +488,9 @@ print(f"num_speculative_tokens_per_batch_size = {vllm_k}  # vLLM's batch-size ta
 # %%
 g = load_table.set_index(["policy", "load"])
 engine_lines = [f"- **Continuous batching**: {identity_line}."]
-others = [p for p in policies if p != "load-adaptive"]
-for load in sorted(engine_loads):
-    best = max(others, key=lambda p: g.loc[(p, load), "goodput"])
-    engine_lines.append(
-        f"- Load {load:g}: load-adaptive goodput {g.loc[('load-adaptive', load), 'goodput']:.2f} requests/s, the best "
-        f"other policy ({best}) {g.loc[(best, load), 'goodput']:.2f}, autoregressive "
-        f"{g.loc[('autoregressive', load), 'goodput']:.2f}.")
+for b in ld.beside(load_table).itertuples():
+    engine_lines.append(f"- Load {b.load:g}: load-adaptive goodput {b.policy:.2f} requests/s, autoregressive "
+                        f"{b.baseline:.2f}, the best other policy ({b.best_other}) {b.best_other_value:.2f}.")
 low, high = min(engine_loads), max(engine_loads)
 engine_lines.append(
     f"- At load {low:g}, median TPOT: load-adaptive {g.loc[('load-adaptive', low), 'tpot_p50_ms']:.1f} ms against "
@@ -520,7 +498,7 @@ engine_lines.append(
     f"({g.loc[('autoregressive', low), 'tpot_p50_ms'] / g.loc[('load-adaptive', low), 'tpot_p50_ms']:.2f}× better); "
     f"at load {high:g}, p99 per-token ITL {g.loc[('load-adaptive', high), 'itl_p99_ms']:.1f} ms against "
     f"{g.loc[('autoregressive', high), 'itl_p99_ms']:.1f} ms.")
-for p in others[1:]:
+for p in [p for p in policies if p not in ("autoregressive", "load-adaptive")]:
     x = ld.crossover(load_table, p)
     engine_lines.append(f"- {p}: goodput below autoregressive decoding's "
                         + (f"from load {x:g}." if x is not None else "at no load of the sweep."))

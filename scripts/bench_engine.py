@@ -29,7 +29,6 @@ from tqdm import tqdm
 import specdec_core as sd
 from specdec_core.record import Timer
 from specdec_core.serving import Engine, StepCost
-from specdec_core.study import exactness as ex
 from specdec_core.study import load as ld
 
 
@@ -101,31 +100,15 @@ def main():
 
     mix = sd.prompts.traffic_mix([("chat", ids) for ids in chat], [("grounded", ids) for ids in grounded],
                                  args.share, args.requests, seed=0)
-    ngram, suffix = pair.drafters["ngram"], sd.SuffixDrafter(learn=False)
-    policies = {
-        "autoregressive": lambda cls: {},
-        f"n-gram, K = {args.k_ngram}": lambda cls: dict(method="linear", drafter=ngram, k=args.k_ngram),
-        f"suffix, K ≤ {args.k_suffix}": lambda cls: dict(method="linear", drafter=suffix, k=args.k_suffix),
-        "per class": lambda cls: (dict(method="linear", drafter=suffix, k=args.k_suffix) if cls == "grounded"
-                                  else dict(method="linear", drafter=ngram, k=args.k_ngram)),
-        "load-adaptive": lambda cls: dict(method="linear", drafter=suffix if cls == "grounded" else ngram,
-                                          k="adaptive"),
-    }
+    policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), args.k_ngram, args.k_suffix)
     sat = ld.saturation(target, mix, args.max_batch, args.max_new_tokens)
     print(f"autoregressive saturation: {sat:.2f} requests/s at {args.max_batch} rows")
     step_cost = StepCost.measure(target, max_rows=args.max_batch)
     runs = ld.load_sweep(target, mix, policies, args.loads, sat, args.max_batch, args.max_new_tokens,
                          repeats=args.repeats, step_cost=step_cost, progress=tqdm)
-    refs = {j: sd.generate(target, ids, max_new_tokens=args.max_new_tokens).tokens for j, (_, ids) in enumerate(mix)}
-    excused = 0
-    for r in runs.itertuples():
-        assert r.error is None, (r.policy, r.load, r.request, r.error)
-        i, gap = ex.first_divergence(target, mix[r.request][1], r.tokens, refs[r.request])
-        assert ex.excused(i, gap), (r.policy, r.load, r.request, i, gap)
-        excused += i is not None
-    print(f"greedy identity: {len(runs)} requests equal generate alone ({excused} at an excused near-tie)")
-    ar0 = runs[(runs.policy == "autoregressive") & (runs.load == min(args.loads))]
-    slo = dict(ttft=args.slo_ttft * float(ar0.ttft.median()), tpot=args.slo_tpot * float(ar0.tpot.median()))
+    ties = ld.greedy_identity(target, mix, runs, args.max_new_tokens)
+    print(f"greedy identity: {len(runs)} requests equal generate alone ({len(ties)} at an excused near-tie)")
+    slo = ld.slo_from(runs, args.slo_ttft, args.slo_tpot)
     print(f"SLOs: TTFT ≤ {1e3 * slo['ttft']:.0f} ms, TPOT ≤ {1e3 * slo['tpot']:.1f} ms")
     table = ld.summary(runs, slo)
     cls_table = ld.summary(runs, slo, by=("policy", "load", "cls"))

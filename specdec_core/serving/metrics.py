@@ -35,28 +35,50 @@ def arrivals(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> lis
     return np.cumsum(gaps).tolist()
 
 
+def per_token_gaps(token_times) -> np.ndarray:
+    """Seconds per token: the first token's time (TTFT), then each step's gap shared among the tokens it committed
+    (tokens of one step share a time). Chapter 6's per-token latency is this in ms."""
+    t = np.asarray(token_times, dtype=float)
+    if t.size == 0:
+        return t
+    times, counts = np.unique(t, return_counts=True)
+    gaps = np.diff(np.concatenate([[0.0], times]))
+    return np.repeat(gaps / counts, counts)
+
+
 def request_metrics(token_times: list[float]) -> dict:
     """``ttft``, ``e2e``, ``tpot`` (NaN for one token) and ``itl`` (one entry per token after the first) of one
     request, from its token times (seconds since its arrival; tokens of one step share a time)."""
-    if not token_times:
+    if not len(token_times):
         raise ValueError("a request without tokens has no latencies")
-    t = list(token_times)
-    itl, prev, j = [], t[0], 1
-    while j < len(t):  # group the tokens one step committed (equal times), share the step's gap among them
-        end = j
-        while end < len(t) and t[end] == t[j]:
-            end += 1
-        n = end - j
-        itl += [(t[j] - prev) / n] * n
-        prev, j = t[j], end
-    e2e = t[-1]
-    tpot = (e2e - t[0]) / (len(t) - 1) if len(t) > 1 else float("nan")
-    return dict(ttft=t[0], e2e=e2e, tpot=tpot, itl=itl, tokens=len(t))
+    t = token_times
+    tpot = (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else float("nan")
+    return dict(ttft=t[0], e2e=t[-1], tpot=tpot, itl=per_token_gaps(t)[1:].tolist(), tokens=len(t))
+
+
+def meets(metrics: dict, slo: dict) -> bool:
+    """Whether one request's :func:`request_metrics` meet every limit of ``slo`` (a NaN measure meets any)."""
+    return all(metrics[key] <= limit for key, limit in slo.items() if not math.isnan(metrics[key]))
 
 
 def _pcts(values) -> dict:
     v = [x for x in values if not math.isnan(x)]
     return {p: (float(np.percentile(v, p)) if v else float("nan")) for p in PERCENTILES}
+
+
+def summarize_metrics(per: list[dict], requests: int, duration_s: float, slo: dict | None = None) -> dict:
+    """The measures of ``requests`` requests over ``duration_s`` seconds, ``per`` holding the
+    :func:`request_metrics` of those that finished (see :func:`summarize`)."""
+    slo = dict(slo or {})
+    unknown = set(slo) - {"ttft", "tpot", "e2e"}
+    if unknown:
+        raise ValueError(f"slo limits are on 'ttft', 'tpot' and 'e2e'; got {sorted(unknown)}")
+    rate = (lambda n: n / duration_s) if duration_s else (lambda n: float("nan"))  # noqa: E731
+    return dict(requests=requests, failed=requests - len(per), duration_s=duration_s,
+                throughput=rate(sum(m["tokens"] for m in per)), request_rate=rate(len(per)),
+                goodput=rate(sum(meets(m, slo) for m in per)) if slo else None,
+                ttft=_pcts(m["ttft"] for m in per), tpot=_pcts(m["tpot"] for m in per),
+                itl=_pcts(x for m in per for x in m["itl"]), e2e=_pcts(m["e2e"] for m in per))
 
 
 def summarize(results, duration_s: float | None = None, slo: dict | None = None, classes=None) -> dict:
@@ -67,10 +89,6 @@ def summarize(results, duration_s: float | None = None, slo: dict | None = None,
     nothing else. Returns ``requests``, ``failed``, ``throughput`` (tokens/s), ``request_rate`` (finished/s),
     ``goodput`` (requests/s meeting every SLO; None without one) and ``ttft``/``tpot``/``itl``/``e2e`` each as
     ``{50: …, 90: …, 99: …}``, in seconds."""
-    slo = dict(slo or {})
-    unknown = set(slo) - {"ttft", "tpot", "e2e"}
-    if unknown:
-        raise ValueError(f"slo limits are on 'ttft', 'tpot' and 'e2e'; got {sorted(unknown)}")
     results = list(results)
     if classes is not None and len(classes) != len(results):
         raise ValueError(f"classes needs one label per result: {len(classes)} for {len(results)}")
@@ -78,14 +96,8 @@ def summarize(results, duration_s: float | None = None, slo: dict | None = None,
     per = [request_metrics(r.stats.token_times) for r in ok]
     if duration_s is None:
         duration_s = max((r.arrival_s + m["e2e"] for r, m in zip(ok, per)), default=0.0)
-    good = sum(all(m[key] <= limit for key, limit in slo.items() if not math.isnan(m[key])) for m in per)
-    out = dict(requests=len(results), failed=len(results) - len(ok), duration_s=duration_s,
-               throughput=sum(m["tokens"] for m in per) / duration_s if duration_s else float("nan"),
-               request_rate=len(ok) / duration_s if duration_s else float("nan"),
-               goodput=(good / duration_s if duration_s else float("nan")) if slo else None,
-               ttft=_pcts(m["ttft"] for m in per), tpot=_pcts(m["tpot"] for m in per),
-               itl=_pcts(x for m in per for x in m["itl"]), e2e=_pcts(m["e2e"] for m in per))
+    out = summarize_metrics(per, len(results), duration_s, slo)
     if classes is not None:
-        out["by_class"] = {c: summarize([r for r, k in zip(results, classes) if k == c], duration_s, slo or None)
+        out["by_class"] = {c: summarize([r for r, k in zip(results, classes) if k == c], duration_s, slo)
                            for c in dict.fromkeys(classes)}
     return out

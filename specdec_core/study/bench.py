@@ -25,6 +25,7 @@ from ..drafters import Drafter
 from ..lm import CachedLM
 from ..record import PHASES, Timer, acceptance_rate
 from ..sampling import SamplingParams
+from ..serving.metrics import per_token_gaps
 from ..tree import Dynamic
 from .profiling import at_context, pass_fn, progress_bar as tqdm, summarize, time_interleaved
 from .theory import speedup
@@ -240,12 +241,7 @@ def per_token_latency(token_times: list[float]) -> np.ndarray:
 
     The first token's latency is the time to first token (prefill included).
     """
-    t = np.asarray(token_times, dtype=float)
-    if t.size == 0:
-        return t
-    arrivals, counts = np.unique(t, return_counts=True)
-    gaps = np.diff(np.concatenate([[0.0], arrivals])) * 1e3
-    return np.repeat(gaps / counts, counts)
+    return 1e3 * per_token_gaps(token_times)
 
 
 def latency_percentiles(token_times: list[float]) -> dict:

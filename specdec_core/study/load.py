@@ -16,14 +16,14 @@
 """
 from __future__ import annotations
 
-import math
 
-import numpy as np
 import pandas as pd
 
+from ..decode import generate
 from ..record import Timer
 from ..serving import Engine, arrivals, request_metrics
-from ..serving.metrics import PERCENTILES
+from ..serving.metrics import PERCENTILES, summarize_metrics
+from . import exactness as ex
 
 
 def _engine_run(target, requests, policy, times, max_batch, max_new_tokens, step_cost=None, concurrency=None):
@@ -81,33 +81,72 @@ def load_sweep(target, requests, policies: dict, loads, rate_at_saturation: floa
     return pd.DataFrame(rows)
 
 
-def _pct(values, p):
-    v = [x for x in values if not (isinstance(x, float) and math.isnan(x))]
-    return float(np.percentile(v, p)) if v else float("nan")
-
-
 def summary(runs: pd.DataFrame, slo: dict, by=("policy", "load")) -> pd.DataFrame:
     """Per group (and round, then the median over rounds): requests/s, tokens/s and goodput (requests/s meeting
     every SLO in ``slo``: limits in seconds on ``ttft``, ``tpot``, ``e2e``) over the span from the first arrival to
-    the last token, and the p50/p90/p99 of TTFT, TPOT, E2E and per-token ITL (ms)."""
+    the last token (:func:`~specdec_core.serving.metrics.summarize_metrics`), and the p50/p90/p99 of TTFT, TPOT,
+    E2E and per-token ITL (ms)."""
     out = []
     for key, g in runs.groupby(list(by) + ["round"], sort=False):
         ok = g[g.error.isna()]
+        per = [dict(ttft=r.ttft, tpot=r.tpot, e2e=r.e2e, itl=r.itl, tokens=r.n_tokens) for r in ok.itertuples()]
         span = float((ok.arrival_s + ok.e2e).max() - g.arrival_s.min()) if len(ok) else float("nan")
-        good = ok.apply(lambda r: all(r[name] <= lim for name, lim in slo.items()
-                                      if not (isinstance(r[name], float) and math.isnan(r[name]))), axis=1)
+        m = summarize_metrics(per, len(g), span, slo)
         row = dict(zip(list(by) + ["round"], key if isinstance(key, tuple) else (key,)))
-        row.update(requests=len(g), failed=len(g) - len(ok), request_rate=len(ok) / span,
-                   tokens_per_s=float(ok.n_tokens.sum()) / span, goodput=float(good.sum()) / span)
-        for m in ("ttft", "tpot", "e2e"):
-            for p in PERCENTILES:
-                row[f"{m}_p{p}_ms"] = 1e3 * _pct(ok[m], p)
-        itl = [x for v in ok.itl for x in v]
-        for p in PERCENTILES:
-            row[f"itl_p{p}_ms"] = 1e3 * _pct(itl, p)
+        row.update(requests=m["requests"], failed=m["failed"], request_rate=m["request_rate"],
+                   tokens_per_s=m["throughput"], goodput=m["goodput"])
+        row.update({f"{name}_p{p}_ms": 1e3 * m[name][p] for name in ("ttft", "tpot", "e2e", "itl") for p in PERCENTILES})
         out.append(row)
     df = pd.DataFrame(out)
     return df.groupby(list(by), sort=False).median(numeric_only=True).drop(columns="round").reset_index()
+
+
+def traffic_policies(ngram, suffix, k_ngram: int, k_suffix: int) -> dict:
+    """Chapter 9's policies for a chat + input-grounded mix (name → function of the request's class): autoregressive;
+    prompt lookup at ``k_ngram``; the suffix drafter capped at ``k_suffix``; per class (suffix for grounded requests,
+    prompt lookup for chat); load-adaptive (the same drafters, ``k="adaptive"``)."""
+    lookup = dict(method="linear", drafter=ngram, k=k_ngram)
+    copying = dict(method="linear", drafter=suffix, k=k_suffix)
+    return {"autoregressive": lambda cls: {},
+            f"n-gram, K = {k_ngram}": lambda cls: lookup,
+            f"suffix, K ≤ {k_suffix}": lambda cls: copying,
+            "per class": lambda cls: copying if cls == "grounded" else lookup,
+            "load-adaptive": lambda cls: dict(method="linear", drafter=suffix if cls == "grounded" else ngram,
+                                              k="adaptive")}
+
+
+def greedy_identity(target, requests, runs: pd.DataFrame, max_new_tokens: int) -> list[tuple]:
+    """Assert that every request of ``runs`` decoded the text of ``generate`` alone on its prompt (a float32
+    divergence excused only at a near-tie, :func:`~specdec_core.study.exactness.excused`); the excused ones, as
+    (policy, load, request, position, top-2 gap)."""
+    refs = {j: generate(target, ids, max_new_tokens=max_new_tokens).tokens for j, (_, ids) in enumerate(requests)}
+    ties = []
+    for r in runs.itertuples():
+        assert r.error is None, f"{r.policy} at load {r.load}, request {r.request}: {r.error}"
+        pos, gap = ex.first_divergence(target, requests[r.request][1], r.tokens, refs[r.request])
+        assert ex.excused(pos, gap), f"{r.policy} at load {r.load}, request {r.request}: diverges at {pos} ({gap})"
+        if pos is not None:
+            ties.append((r.policy, r.load, r.request, pos, gap))
+    return ties
+
+
+def slo_from(runs: pd.DataFrame, ttft: float, tpot: float, baseline: str = "autoregressive") -> dict:
+    """Goodput's SLOs as multiples of ``baseline``'s median TTFT and TPOT at the lowest load (seconds)."""
+    low = runs[(runs.policy == baseline) & (runs.load == runs.load.min())]
+    return dict(ttft=ttft * float(low.ttft.median()), tpot=tpot * float(low.tpot.median()))
+
+
+def beside(table: pd.DataFrame, policy: str = "load-adaptive", baseline: str = "autoregressive",
+           measure: str = "goodput") -> pd.DataFrame:
+    """Per load: ``policy``'s ``measure``, ``baseline``'s, and the best of the other policies (name and value)."""
+    t = table.set_index(["policy", "load"])[measure]
+    others = [p for p in dict.fromkeys(table.policy) if p not in (policy, baseline)]
+    rows = []
+    for load in sorted(table.load.unique()):
+        best = max(others, key=lambda p: t.get((p, load), float("-inf"))) if others else None
+        rows.append(dict(load=load, policy=t[(policy, load)], baseline=t[(baseline, load)], best_other=best,
+                         best_other_value=t[(best, load)] if best else float("nan")))
+    return pd.DataFrame(rows)
 
 
 def crossover(table: pd.DataFrame, policy: str, baseline: str = "autoregressive", measure: str = "goodput"):

@@ -248,18 +248,15 @@ def engine_lines(ref: Path) -> list[str]:
     t = _csv(ref, "09_serving/load_summary.csv")
     if t is None or "load-adaptive" not in set(t.policy):
         return []
-    g = t.set_index(["policy", "load"]).goodput
-    fixed = [p for p in dict.fromkeys(t.policy) if p not in ("load-adaptive", "autoregressive")]
-    loads = sorted(t.load.unique())
-    parts = []
-    for load in loads:
-        best = max(fixed, key=lambda p: g.get((p, load), float("-inf")))
-        parts.append(f"load {load:g}: {g[('load-adaptive', load)]:.2f}, autoregressive {g[('autoregressive', load)]:.2f}"
-                     + (f", the best other ({best}) {g[(best, load)]:.2f}" if fixed else ""))
+    from ..study import load as sweep  # deferred, as exactness above: it loads the engine and torch
+
+    parts = [f"load {b.load:g}: {b.policy:.2f}, autoregressive {b.baseline:.2f}"
+             + (f", the best other ({b.best_other}) {b.best_other_value:.2f}" if b.best_other else "")
+             for b in sweep.beside(t).itertuples()]
     cross = []
-    for p in fixed:
-        below = [x for x in loads if g[(p, x)] < g[("autoregressive", x)]]
-        cross.append(f"{p} from load {below[0]:g}" if below else f"{p} at no load")
+    for p in [p for p in dict.fromkeys(t.policy) if p not in ("load-adaptive", "autoregressive")]:
+        x = sweep.crossover(t, p)
+        cross.append(f"{p} from load {x:g}" if x is not None else f"{p} at no load")
     n = f"{int(t.requests.max())} requests per policy and load, " if "requests" in t else ""
     return ["**Continuous batching** (chapter 9: `sd.serving.Engine` serving a traffic mix of chat and input-grounded "
             f"requests, Poisson arrivals at fractions of autoregressive saturation, {n}one schedule per load: each "
