@@ -135,6 +135,29 @@ def test_batch_cache_moves_pointers_per_row(toy):
         c.advance(torch.tensor([0, 0, 12]))
 
 
+def test_batch_passes_keep_one_attention_setting():
+    """Binding a batch sets a model's sdpa attention to the grouped-query kernel once; no pass changes it after
+    (a per-pass switch would show inside the forward), and the single-sequence path reads the same setting."""
+    from specdec_core import kernels
+    from specdec_core.serving import BatchLM
+
+    pair = sd.toy_pair(seed=5)
+    cfg = pair.target.config
+    assert cfg._attn_implementation == "sdpa"
+    seen = []
+    pair.target.register_forward_pre_hook(lambda *_: seen.append(cfg._attn_implementation))
+    lm = BatchLM(pair.target, 2, 16)
+    assert cfg._attn_implementation == kernels.GQA_SDPA
+    lm.prefill([[1, 2, 3], [4, 5]])
+    lm.forward([[6], [7, 0]], commit=[1, 2])
+    sd.generate(pair.target, [1, 2, 3], max_new_tokens=3)
+    assert seen and set(seen) == {kernels.GQA_SDPA} and cfg._attn_implementation == kernels.GQA_SDPA
+    eager = sd.toy_pair(seed=5)
+    eager.target.config._attn_implementation = "eager"
+    BatchLM(eager.target, 2, 16).forward([[1], [2]])
+    assert eager.target.config._attn_implementation == "eager"  # anything but sdpa is left alone
+
+
 @pytest.mark.parametrize("rows", [PROMPTS, [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]]])
 def test_prefill_row_by_row_equals_the_padded_pass(toy16, rows):
     """Both prefill layouts leave the same committed keys and values and return the same last logits (float64):

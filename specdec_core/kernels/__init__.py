@@ -344,6 +344,18 @@ def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scali
 
 
 @functools.cache
+def use_gqa_sdpa(model: torch.nn.Module) -> None:
+    """Every config of ``model`` set to ``sdpa`` runs :func:`gqa_sdpa` from now on (the same kernel, the same
+    numbers, without transformers' copies of the key/value heads under a mask); any other attention implementation,
+    the rows kernel's included, is left alone. Set once, when a batch is bound to the model
+    (:class:`~specdec_core.serving.cache.BatchLM`), never toggled around a pass: a model shared by the single-sequence
+    and the batched paths keeps one attention setting."""
+    for cfg in _configs(model):
+        if cfg._attn_implementation == "sdpa":
+            register_gqa_sdpa()
+            cfg._attn_implementation = GQA_SDPA
+
+
 def register_gqa_sdpa() -> None:
     """Register :func:`gqa_sdpa` with transformers as ``GQA_SDPA`` (once, at first use: importing the library
     stays light)."""

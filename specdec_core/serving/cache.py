@@ -22,15 +22,13 @@ whole slab under the same mask as the eager window's (every slot past it blocked
 """
 from __future__ import annotations
 
-import functools
-from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
 from transformers.cache_utils import Cache
 
 from ..graphs import StepGraphs
-from ..kernels import GQA_SDPA, register_gqa_sdpa
+from ..kernels import use_gqa_sdpa
 from ..kvcache import _SlabLayer
 from ..lm import MAX_STEP, CachedLM, StepInputs
 
@@ -167,28 +165,13 @@ class BatchKVCache(Cache):
         return int(self.lengths.max())
 
 
-@contextmanager
-def grouped_query_attention(model):
-    """Within the block, a model configured for ``sdpa`` runs :func:`~specdec_core.kernels.gqa_sdpa` (the same kernel, the same
-    numbers); any other attention implementation is left alone. Restored on exit, also after an error."""
-    cfg = model.config
-    if getattr(cfg, "_attn_implementation", None) != "sdpa":
-        yield
-        return
-    register_gqa_sdpa()
-    cfg._attn_implementation = GQA_SDPA
-    try:
-        yield
-    finally:
-        cfg._attn_implementation = "sdpa"
-
-
 class BatchLM:
     """A model bound to a :class:`BatchKVCache`; rows hold token lists of different lengths."""
 
     MAX_PADDING = 0.25  # the share of padding above which :meth:`prefill` prefills row by row
 
     def __init__(self, model, batch: int, capacity: int, step_mode: str = "eager"):
+        use_gqa_sdpa(model)  # once, for every pass of every path (kernels.use_gqa_sdpa): no per-pass switch
         self.model = model
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -203,10 +186,9 @@ class BatchLM:
         T = ids.shape[1]
         slots, _ = self.cache.write_index(T)  # [B, T]: what the pass writes, also its cache_position (_static_pass)
         pos = (slots - self.cache.starts[:, None]).clamp_min(0)
-        with grouped_query_attention(self.model):
-            out = self.model(input_ids=ids.to(self.device), position_ids=pos, cache_position=slots,
-                             attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
-                             logits_to_keep=logits_to_keep, **model_kwargs)
+        out = self.model(input_ids=ids.to(self.device), position_ids=pos, cache_position=slots,
+                         attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=logits_to_keep, **model_kwargs)
         return out.logits
 
     @torch.inference_mode()
@@ -244,9 +226,8 @@ class BatchLM:
         which needs it 1-D here: the default position ids (``position_ids`` is given), the mask (a given 4D mask is
         used as it is) and each layer's cache write (this cache writes at these slots, :meth:`BatchKVCache.write_index`,
         and reads no ``cache_kwargs``)."""
-        with grouped_query_attention(self.model):
-            out = self.model(input_ids=x.ids, position_ids=x.positions, cache_position=x.slots,
-                             attention_mask=x.mask, past_key_values=self.cache, use_cache=True, **model_kwargs)
+        out = self.model(input_ids=x.ids, position_ids=x.positions, cache_position=x.slots,
+                         attention_mask=x.mask, past_key_values=self.cache, use_cache=True, **model_kwargs)
         return out.logits
 
     def prefill(self, rows: list[list[int]], logits_to_keep: int = 1, uncommitted_tail: int = 0, **model_kwargs):
