@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--slo-ttft", type=float, default=4.0)
     ap.add_argument("--slo-tpot", type=float, default=1.5)
     ap.add_argument("--skip-b1", action="store_true")
+    ap.add_argument("--skip-load", action="store_true", help="the B = 1 comparison alone")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,6 +98,8 @@ def main():
         print("engine ÷ generate, tokens/s at B = 1 (paired calls; median and IQR):")
         print(q.round(3).to_string())
         print(f"identical outputs: {same} of {n} pairs")
+    if args.skip_load:
+        return
 
     mix = sd.prompts.traffic_mix([("chat", ids) for ids in chat], [("grounded", ids) for ids in grounded],
                                  args.share, args.requests, seed=0)

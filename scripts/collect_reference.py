@@ -41,7 +41,7 @@ KEEP = [
     "08_adaptive/eval_by_task.png",
     "09_serving/batch_runs.csv", "09_serving/speedup_vs_batch.csv", "09_serving/pass_costs.csv",
     "09_serving/streaming_latency.csv", "09_serving/trend_vs_batch.csv", "09_serving/throughput_vs_batch.png", "09_serving/speedup_vs_batch.png",
-    "09_serving/arrivals.png", "09_serving/step_costs.csv", "09_serving/load_summary.csv",
+    "09_serving/arrivals.png", "09_serving/step_costs.csv", "09_serving/load_summary.csv", "09_serving/goodput_verdicts.csv",
     "09_serving/load_summary_by_class.csv", "09_serving/k_by_batch_size.csv", "09_serving/load_sweep.png",
     "10_curves/curve.csv", "10_curves/real_drafters.csv", "10_curves/step_budget.csv", "10_curves/draft_phase.csv",
     "10_curves/best_k.csv", "10_curves/breakeven.csv", "10_curves/alpha_needed.csv", "10_curves/gpu_predicted.csv",

@@ -134,6 +134,13 @@ def test_the_block_names_the_grounded_and_the_engine_results(tmp_path):
     pd.DataFrame(dict(policy=["autoregressive", "n-gram", "load-adaptive"] * 2, load=[0.1] * 3 + [1.2] * 3,
                       goodput=[1.0, 1.5, 1.6, 2.0, 1.8, 2.1])).to_csv(tmp_path / "09_serving/load_summary.csv",
                                                                       index=False)
+    assert headline.engine_lines(tmp_path) == []  # no verdicts, no line
+    pd.DataFrame(dict(load=[0.1, 0.1, 1.2, 1.2], other=["autoregressive", "n-gram"] * 2, goal=[1.0, 0.95] * 2,
+                      policy_goodput=[1.6, 1.6, 2.1, 2.1], other_goodput=[1.0, 1.5, 2.0, 1.8],
+                      ratio=[1.6, 1.07, 1.05, 1.17], lo=[1.2, 0.9, 0.97, 1.0], hi=[2.0, 1.2, 1.1, 1.3], requests=24,
+                      verdict=["holds", "undecided", "undecided", "holds"])).to_csv(
+        tmp_path / "09_serving/goodput_verdicts.csv", index=False)
     [line] = headline.engine_lines(tmp_path)
-    assert "load 0.1: 1.60, autoregressive 1.00, the best other (n-gram) 1.50" in line
-    assert "load 1.2: 2.10, autoregressive 2.00, the best other (n-gram) 1.80" in line and "n-gram from load 1.2" in line
+    assert ("load 0.1: 1.60, ÷ autoregressive 1.60 (1.20–2.00, holds at ≥ 1), ÷ the best other (n-gram) 1.07 "
+            "(0.90–1.20, undecided at ≥ 0.95)") in line
+    assert "load 1.2: 2.10, ÷ autoregressive 1.05" in line and "n-gram from load 1.2" in line and "24 requests" in line

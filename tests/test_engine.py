@@ -260,3 +260,58 @@ def test_a_failing_request_loses_no_other_result(toy16):
     assert isinstance(res[1].error, RuntimeError) and "broken drafter" in str(res[1].error)
     for i in (0, 2):
         assert res[i].error is None and res[i].tokens == sd.generate(toy16.target, PROMPTS[i], max_new_tokens=12).tokens
+
+
+def test_rows_sharing_a_draft_model_draft_together_and_a_subclass_alone(toy16):
+    """Requests given one model drafter run its passes together (about K a step for the batch, the catch-up of each
+    new prompt aside), each row still the decode ``generate`` makes; a subclass of it (here one that counts its
+    proposals) is never replaced by the batched form: each of its requests drafts alone, by its own code."""
+    class Counting(sd.ModelDrafter):
+        calls = 0
+
+        def propose(self, *a, **kw):
+            Counting.calls += 1
+            return super().propose(*a, **kw)
+
+    def served(drafter):
+        passes = []
+        hook = drafter.model.register_forward_pre_hook(lambda *_: passes.append(1))
+        try:
+            e = Engine(toy16.target, max_batch=4)
+            for p in PROMPTS[:4]:
+                e.submit(p, method="linear", drafter=drafter, k=3, max_new_tokens=20)
+            res = e.run()
+        finally:
+            hook.remove()
+        assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=20).tokens for p in PROMPTS[:4]]
+        return len(passes), e.counts["steps"]
+
+    passes, steps = served(toy16.drafters["model"])
+    assert passes <= 3 * steps + 4
+    passes, steps = served(Counting(toy16.drafters["model"].model))
+    assert Counting.calls >= steps and passes > 3 * steps + 4
+
+
+def test_goodput_verdicts_are_paired_and_decide_only_with_their_interval():
+    """Synthetic runs (20 requests, one round): a policy equal to autoregressive decoding request for request has ratio
+    1 in every paired draw (an unpaired bootstrap would spread it); one that meets every SLO where another meets half
+    holds against it; one that misses half of what autoregressive meets fails; 4 requests decide nothing."""
+    import pandas as pd
+
+    from specdec_core.study import load as ld
+
+    def runs(n, miss):  # policy → the requests (indices) that miss the TPOT limit
+        return pd.DataFrame([dict(round=0, load=0.5, policy=p, request=j, arrival_s=float(j), error=None, ttft=0.1,
+                                  tpot=1.0 if j in bad else 0.01, e2e=1.0)
+                             for p, bad in miss.items() for j in range(n)])
+
+    slo = dict(ttft=0.5, tpot=0.1)
+    v = ld.goodput_verdicts(runs(20, {"load-adaptive": set(), "autoregressive": set(), "n-gram": set(range(0, 20, 2))}),
+                            slo).set_index("other")
+    assert v.loc["autoregressive", ["ratio", "lo", "hi"]].tolist() == [1.0, 1.0, 1.0]
+    assert v.loc["autoregressive", "verdict"] == "holds" and v.loc["n-gram", "verdict"] == "holds"
+    assert v.loc["n-gram", "ratio"] == 2.0 and v.loc["n-gram", "lo"] > 1.2
+    v = ld.goodput_verdicts(runs(20, {"load-adaptive": set(range(0, 20, 2)), "autoregressive": set()}), slo)
+    assert v.verdict.tolist() == ["fails"] and v.hi.iloc[0] < 1
+    v = ld.goodput_verdicts(runs(4, {"load-adaptive": set(), "autoregressive": {1}}), slo)
+    assert v.verdict.iloc[0].startswith("unresolved")

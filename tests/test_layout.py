@@ -399,7 +399,7 @@ def test_options_are_written_once():
 def test_generate_batch_refuses_what_it_cannot_do(toy16):
     import specdec_core as sd
     from specdec_core.serving.batch import BATCH_REFUSES
-    for name, value in (("confidence", 0.5), ("tree", "chain")):
+    for name, value in (("prediction", [1, 2]), ("tree", "chain")):
         with pytest.raises(ValueError, match=f"{name}=.*{BATCH_REFUSES[name][:20]}"):
             sd.generate_batch(toy16.target, [[1, 2, 3]], drafter=toy16.drafters["model"], method="linear",
                               max_new_tokens=4, **{name: value})

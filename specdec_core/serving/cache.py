@@ -12,7 +12,8 @@ tokens: committing n tokens is ``lengths[r] += n`` and rolling back is ``lengths
 The first pass (:meth:`BatchLM.prefill`) left-pads the rows so their last tokens align (or, when that would
 be mostly padding, prefills each row alone into its slots); ``starts[r]`` is row r's padding, and rotary positions are ``slot - starts[r]``, so each row sees exactly the positions it
 would see alone. The cost of this layout: a pass attends over the longest row's window (masked slots are
-computed and discarded), and a row that finished still rides along in the batch until every row is done.
+computed and discarded). Rows that come and go (:class:`~specdec_core.serving.engine.Engine`) are placed, moved and
+narrowed to the live ones (:meth:`BatchKVCache.live`, :meth:`~BatchKVCache.place`, :meth:`~BatchKVCache.move`).
 
 Static steps (:mod:`specdec_core.graphs`): a :class:`BatchLM` in mode ``"static"`` or ``"graph"`` runs its passes
 after the prefill with static shapes: the ids, positions, slots ``[B, T]`` and mask ``[B, 1, T, capacity]`` are
@@ -123,6 +124,8 @@ class BatchKVCache(Cache):
         slabs, lengths, starts = self._allocated()
         if not 1 <= n <= lengths.numel():
             raise ValueError(f"live rows must be between 1 and the {lengths.numel()} allocated, got {n}")
+        if n == self.batch and self.lengths.data_ptr() == lengths.data_ptr():
+            return  # the views already in place (a static step's buffers stay those it was built for)
         for layer, (k, v) in zip(self.layers, slabs):
             layer.keys, layer.values = k[:n], v[:n]
         self.lengths, self.starts, self.batch = lengths[:n], starts[:n], n

@@ -13,7 +13,8 @@ scheduling:
   wait for it (their inter-token gap shows it).
 - **Running batch.** Live rows are kept first in one preallocated cache, one length per row (vLLM's persistent
   batch, condensed when a request leaves: the last live row moves into the freed one). A step drafts for every
-  row with that row's own phases (:mod:`specdec_core.loop`: the row's drafter, K, sampling and generator), pads
+  row with that row's own phases (:mod:`specdec_core.loop`: the row's drafter, K, sampling and generator; rows
+  whose requests share a draft model run its passes together, :mod:`specdec_core.serving.drafters`), pads
   the rows' ``[last token, draft…]`` to one length, runs **one** target pass over all of them, and gives each row
   its own logits to *accept* with the core's rule. Each row then keeps its own accepted tokens (a pointer move,
   :class:`~specdec_core.serving.cache.BatchKVCache`): acceptance is ragged and rows never re-pad.
@@ -48,6 +49,7 @@ from ..loop import Autoregressive, Linear, Method, Parallel, settle
 from ..record import Result, Stats, Timer
 from ..sampling import choose, make_generator
 from .cache import BatchLM
+from .drafters import BATCHED, RowDraft, RowDrafts
 
 ENGINE_METHODS = ("autoregressive", "linear", "parallel")
 # generate's options that the engine has no form of, and why
@@ -111,14 +113,21 @@ class Engine:
     ``max_batch``: the most requests decoding at once. ``cache_len``: positions per row (default: what the
     submitted requests need, the longest prompt + ``max_new_tokens`` + one step's headroom). ``step_cost``: the
     :class:`StepCost` that ``k="adaptive"`` requests are chosen by (default: measured on ``target`` at the first
-    run that has one). The passes run eager (one pass shape per step; CUDA graphs are ``generate``'s)."""
+    run that has one). ``step_mode``: how the batch's verify and draft passes run (:mod:`specdec_core.graphs`;
+    default eager, one pass shape per step), each request's prefill runs eager. ``commit_rule``: how many of its
+    verified tokens each row's cache keeps, from the step's verdicts (None: each row its own accepted + 1, as
+    ``generate``; the tests' negative controls pass a wrong one)."""
 
-    def __init__(self, target, max_batch: int = 8, cache_len: int | None = None, step_cost=None):
+    def __init__(self, target, max_batch: int = 8, cache_len: int | None = None, step_cost=None,
+                 step_mode: str = "eager", commit_rule=None):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         if cache_len is not None and (isinstance(cache_len, bool) or not isinstance(cache_len, int) or cache_len < 2):
             raise ValueError(f"cache_len must be an integer >= 2 or None, got {cache_len!r}")
         self.target, self.max_batch, self.cache_len, self.step_cost = target, max_batch, cache_len, step_cost
+        self.step_mode = step_mode  # how the batch's passes run (specdec_core.graphs); each prefill runs eager
+        self.commit_rule = commit_rule  # None: each row keeps its own accepted + 1 (negative controls pass another)
+        self.counts: dict = {}  # the last run's steps, token slots of its verify passes and those that held a token
         self.requests: list[_Request] = []
         self.device = next(target.parameters()).device
         self.vocab_size = target.config.get_text_config().vocab_size
@@ -149,7 +158,8 @@ class Engine:
             phases = Autoregressive(params, generator)
         else:
             kind = Parallel if method == "parallel" else Linear
-            phases = kind(params, generator, drafter.fork(), k_max, confidence=theta,
+            batched = type(drafter) in BATCHED and theta is None  # drafted with its neighbours' rows
+            phases = kind(params, generator, RowDraft(drafter) if batched else drafter.fork(), k_max, confidence=theta,
                           **({} if rule is None else {"rule": rule}))
         i = len(self.requests)
         self.requests.append(_Request(i, prompt.tolist(), float(arrival_s), options, phases, eos_ids(self.target),
@@ -172,8 +182,16 @@ class Engine:
         capacity = self.cache_len or max(cache_capacity(self.target, len(q.prompt), q.options) for q in todo)
         if any(q.adaptive for q in todo) and self.step_cost is None:
             self.step_cost = StepCost.measure(self.target, max_rows=self.max_batch)
-        lm = BatchLM(self.target, self.max_batch, capacity)
+        lm = BatchLM(self.target, self.max_batch, capacity, self.step_mode)
         one = CachedLM(self.target, capacity)  # the prefill's single-sequence pass, as generate's
+        groups: dict[int, RowDrafts] = {}  # one per draft model that requests share (id of the drafter given)
+        for q in todo:
+            d = q.method.drafter
+            if isinstance(d, RowDraft):
+                if id(d.base) not in groups:
+                    groups[id(d.base)] = BATCHED[type(d.base)](d.base, self.max_batch, capacity, self.step_mode)
+                d.rows = groups[id(d.base)]
+        self.counts = dict(steps=0, slots=0, used=0, prefills=0)
         clock = Timer(self.device)
         t0 = clock.now()
         now = lambda: clock.now() - t0  # noqa: E731
@@ -188,6 +206,8 @@ class Engine:
             t = now()
             while waiting and len(live) < self.max_batch and waiting[0].arrival_s <= t:
                 q = waiting.pop(0)
+                for g in groups.values():
+                    g.clear(len(live))
                 self._admit(q, lm, one, len(live), now)
                 if q.done:
                     self._retire(q, q.result.error, now, waiting, concurrency, progress)
@@ -198,13 +218,15 @@ class Engine:
                 if waiting:  # idle until the next arrival
                     time.sleep(max(0.0, waiting[0].arrival_s - now()))
                 continue
-            self._step(live, lm, now)
+            self._step(live, lm, now, groups)
             for r in reversed(range(len(live))):  # retire finished rows; the last live row fills the gap
                 q = live[r]
                 if q.done:
                     last = len(live) - 1
                     if r != last:
                         lm.cache.move(last, r)
+                        for g in groups.values():
+                            g.move(last, r)
                         live[r] = live[last]
                     live.pop()
                     self._retire(q, q.result.error, now, waiting, concurrency, progress)
@@ -223,6 +245,7 @@ class Engine:
         except Exception as e:  # noqa: BLE001 -- the request fails, the run goes on
             res.error, q.done = e, True
             return
+        self.counts["prefills"] += 1
         t = now()
         res.stats.target_passes = res.stats.new_tokens = 1
         res.stats.prefill_s = t - res.admitted_s
@@ -239,35 +262,49 @@ class Engine:
         """Row r's verify logits (its first n positions)."""
         return logits[r, :n]
 
-    def _step(self, live: list[_Request], lm: BatchLM, now) -> None:
-        """One decode step for every live row: draft (each its own), one verify pass, accept, commit."""
+    def _step(self, live: list[_Request], lm: BatchLM, now, groups: dict) -> None:
+        """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
+        verify pass, accept, commit."""
         t_draft = now()
         ks = self._choose_ks(live)
-        steps = []  # (request, phases, draft, feed)
+        steps = []  # [request, phases, draft, room]
+        asks: dict[int, dict] = {}  # batched drafts: group → row → (context, k, params, generator)
         for r, q in enumerate(live):
             room = q.options.max_new_tokens - len(q.result.tokens)
             k = min(ks[r], room - 1)
             phases = q.method.phases(room) if k >= 1 else Autoregressive(q.method.params, q.method.generator)
             if q.adaptive and k >= 1:
                 phases.k = k
-            try:
-                draft = phases.draft(q.seq, room - 1)
-            except Exception as e:  # noqa: BLE001
-                q.result.error, q.done = e, True
-                draft, phases = None, None
+            draft = None
+            if k >= 1 and isinstance(phases.drafter, RowDraft):
+                asks.setdefault(id(phases.drafter.rows), {})[r] = (q.seq, k, phases.params, phases.generator)
+            else:
+                try:
+                    draft = phases.draft(q.seq, room - 1)
+                except Exception as e:  # noqa: BLE001
+                    q.result.error, q.done, phases = e, True, None
             q.result.ks.append(k)
             q.result.rows.append(len(live))
-            feed = q.seq[-1:] + (draft.tokens.tolist() if draft is not None else [])
-            steps.append((q, phases, draft, feed, room))
+            steps.append([q, phases, draft, room])
+        for g in groups.values():
+            if id(g) in asks:
+                try:
+                    for r, draft in g.propose(len(live), asks[id(g)]).items():
+                        steps[r][2] = draft
+                except Exception as e:  # noqa: BLE001 -- every row of the failed batched draft fails
+                    for r in asks[id(g)]:
+                        steps[r][0].result.error, steps[r][0].done, steps[r][1] = e, True, None
+        feeds = [q.seq[-1:] + (draft.tokens.tolist() if draft is not None else []) for q, _, draft, _ in steps]
         lm.cache.live(len(live))
         t_verify = now()
-        logits = lm.forward([f for *_, f, _ in steps], commit=[len(f) for *_, f, _ in steps])
+        logits = lm.forward(feeds, commit=[len(f) for f in feeds])
         t_accept = now()
-        for r, (q, phases, draft, feed, room) in enumerate(steps):
+        verdicts = [None] * len(steps)
+        for r, (q, phases, draft, room) in enumerate(steps):
             if phases is None:
                 continue
             try:
-                verdict = phases.accept(draft, self._logits(logits, r, len(feed)))
+                verdicts[r] = verdict = phases.accept(draft, self._logits(logits, r, len(feeds[r])))
                 phases.commit(_Row(lm.cache, r), draft, verdict)
                 new, q.done = settle(q.result.stats, draft, verdict, room, q.eos)
             except Exception as e:  # noqa: BLE001
@@ -275,9 +312,19 @@ class Engine:
                 continue
             q.seq += new
             q.result.tokens += new
+        if self.commit_rule is not None:  # a negative control's bookkeeping in place of each row's own
+            kept = torch.tensor([0 if v is None else v.accepted + 1 for v in verdicts])
+            keep = torch.tensor(self.commit_rule(verdicts))
+            if bool((keep > kept).any()) or bool((keep < 0).any()):
+                raise ValueError(f"commit_rule may keep 0 to accepted + 1 tokens a row: {keep.tolist()} for "
+                                 f"{kept.tolist()}")
+            lm.cache.rollback(kept - keep)
         t_end = now()
+        self.counts["steps"] += 1
+        self.counts["slots"] += len(feeds) * logits.shape[1]
+        self.counts["used"] += sum(map(len, feeds))
         if self.step_cost is not None:
-            self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for *_, f, _ in steps))
+            self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for f in feeds))
         for q, phases, *_ in steps:
             s = q.result.stats
             s.draft_s += t_verify - t_draft

@@ -10,6 +10,8 @@
   every policy; policies interleaved in a rotating order within each round. One row per request: its class,
   latencies (TTFT, TPOT, E2E, its per-token ITL), tokens, the K each step allowed and the rows it shared.
 - :func:`summary`: per (policy, load): throughput, goodput under SLOs, latency percentiles, and per class.
+- :func:`goodput_verdicts`: the load-adaptive policy's goodput against each other policy's at each load, a ratio with
+  a paired bootstrap interval over requests and a verdict against the share it must keep.
 - :func:`crossover`: the lowest load at which a policy's goodput (or throughput) falls below autoregressive
   decoding's; :func:`k_table`: the K the load-adaptive policy chose at each batch size, as vLLM's
   ``num_speculative_tokens_per_batch_size`` setting.
@@ -17,13 +19,15 @@
 from __future__ import annotations
 
 
+import numpy as np
 import pandas as pd
 
 from ..decode import generate
 from ..record import Timer
 from ..serving import Engine, arrivals, request_metrics
-from ..serving.metrics import PERCENTILES, summarize_metrics
+from ..serving.metrics import PERCENTILES, meets, summarize_metrics
 from . import exactness as ex
+from . import report
 
 
 def _engine_run(target, requests, policy, times, max_batch, max_new_tokens, step_cost=None, concurrency=None):
@@ -146,6 +150,46 @@ def beside(table: pd.DataFrame, policy: str = "load-adaptive", baseline: str = "
         best = max(others, key=lambda p: t.get((p, load), float("-inf"))) if others else None
         rows.append(dict(load=load, policy=t[(policy, load)], baseline=t[(baseline, load)], best_other=best,
                          best_other_value=t[(best, load)] if best else float("nan")))
+    return pd.DataFrame(rows)
+
+
+def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive", baseline: str = "autoregressive",
+                     share: float = 0.95, level: float = 0.9, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """At each load, ``policy``'s goodput ÷ each other policy's, pooled over rounds (requests meeting every SLO ÷
+    the rounds' summed spans, as :func:`summary` counts them), with a ``level`` bootstrap interval: the requests of a
+    round resampled with replacement, the same draw for both policies (they served the same requests on the same
+    schedule), each round's span kept. The verdict against ``share`` (``baseline``: against 1, at least its
+    goodput): ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high end stays below,
+    else ``"undecided"``; :func:`~specdec_core.study.report.judged` on the requests per cell."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for load, at in runs.groupby("load", sort=True):
+        met, span = {}, {}
+        for name, g in at.groupby("policy", sort=False):
+            g = g.sort_values(["round", "request"])
+            ok = g.error.isna()
+            met[name] = np.array([bool(o) and meets(dict(ttft=r.ttft, tpot=r.tpot, e2e=r.e2e), slo)
+                                  for o, r in zip(ok, g.itertuples())], dtype=float).reshape(g["round"].nunique(), -1)
+            done = g[ok]
+            span[name] = sum(float((d.arrival_s + d.e2e).max() - h.arrival_s.min())
+                             for (_, d), (_, h) in zip(done.groupby("round"), g.groupby("round")))
+        if policy not in met:
+            continue
+        rounds, n = met[policy].shape
+        draws = rng.integers(0, n, size=(n_boot, rounds, n))  # request indices per round, shared by both policies
+        pick = lambda m: np.take_along_axis(np.broadcast_to(m, draws.shape), draws, axis=2).sum(axis=(1, 2))  # noqa: E731
+        for other in [p for p in met if p != policy]:
+            goal = 1.0 if other == baseline else share
+            a, b = met[policy].sum() / span[policy], met[other].sum() / span[other]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                boot = (pick(met[policy]) / span[policy]) / (pick(met[other]) / span[other])
+            boot = boot[~np.isnan(boot)]
+            lo, hi = (np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan))
+            word = ("not measured" if np.isnan(lo) else "holds" if lo >= goal else "fails" if hi < goal
+                    else "undecided")
+            rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
+                             ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
+                             verdict=report.judged(word, rounds * n)))
     return pd.DataFrame(rows)
 
 

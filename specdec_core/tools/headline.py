@@ -238,29 +238,33 @@ def serving_lines(ref: Path, trend_p: float = 0.05) -> list[str]:
             part += (f" (Spearman ρ = {t.spearman_rho:.2f}, p = {t.p_value:.2g}, {trend_p_method(t)}, over "
                      f"{int(t.pairs)} paired ratios: {report.judged(way, int(t.pairs))})")
         parts.append(part)
-    return ["**Under load** (chapter 9, batches decoded in lockstep; median ratio at each B, "
+    return ["**Under load** (chapter 9, batches of B prompts started together; median ratio at each B, "
             f"{report.PREFILL_COUNTED.lower()[:-1]}): " + "; ".join(parts) + "."]
 
 
 def engine_lines(ref: Path) -> list[str]:
-    """Chapter 9's continuous batching: at each load of the sweep, the load-adaptive policy's goodput beside the best
-    other policy's and autoregressive decoding's, and each fixed policy's crossover load (``load_summary.csv``)."""
-    t = _csv(ref, "09_serving/load_summary.csv")
-    if t is None or "load-adaptive" not in set(t.policy):
+    """Chapter 9's continuous batching: at each load of the sweep, the load-adaptive policy's goodput against
+    autoregressive decoding's and the best other policy's, with the chapter's interval and verdict
+    (``goodput_verdicts.csv``), and each fixed policy's crossover load (``load_summary.csv``)."""
+    t, v = _csv(ref, "09_serving/load_summary.csv"), _csv(ref, "09_serving/goodput_verdicts.csv")
+    if t is None or v is None or "load-adaptive" not in set(t.policy):
         return []
     from ..study import load as sweep  # deferred, as exactness above: it loads the engine and torch
 
-    parts = [f"load {b.load:g}: {b.policy:.2f}, autoregressive {b.baseline:.2f}"
-             + (f", the best other ({b.best_other}) {b.best_other_value:.2f}" if b.best_other else "")
-             for b in sweep.beside(t).itertuples()]
+    parts = []
+    for load, g in v.groupby("load"):
+        base = g[g.other == "autoregressive"].iloc[0]
+        best = g[g.other != "autoregressive"].sort_values("other_goodput").iloc[-1]
+        parts.append(f"load {load:g}: {base.policy_goodput:.2f}, ÷ autoregressive {base.ratio:.2f} "
+                     f"({base.lo:.2f}–{base.hi:.2f}, {base.verdict} at ≥ 1), ÷ the best other ({best.other}) "
+                     f"{best.ratio:.2f} ({best.lo:.2f}–{best.hi:.2f}, {best.verdict} at ≥ {best.goal:g})")
     cross = []
     for p in [p for p in dict.fromkeys(t.policy) if p not in ("load-adaptive", "autoregressive")]:
         x = sweep.crossover(t, p)
         cross.append(f"{p} from load {x:g}" if x is not None else f"{p} at no load")
-    n = f"{int(t.requests.max())} requests per policy and load, " if "requests" in t else ""
     return ["**Continuous batching** (chapter 9: `sd.serving.Engine` serving a traffic mix of chat and input-grounded "
-            f"requests, Poisson arrivals at fractions of autoregressive saturation, {n}one schedule per load: each "
-            "goodput counts a handful of requests, no verdict): load-adaptive K's goodput (requests/s within the "
+            f"requests, Poisson arrivals at fractions of autoregressive saturation, {int(v.requests.max())} requests "
+            "per policy and load; 90 % paired bootstrap intervals): load-adaptive K's goodput (requests/s within the "
             "chapter's SLOs) " + "; ".join(parts) + ". Goodput below autoregressive decoding's: " + "; ".join(cross)
             + "."]
 
