@@ -41,6 +41,13 @@ class _BatchSlab(_SlabLayer):
     def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
         if self.owner.slots is not None:  # a static-shape pass: its slots, the whole slab attended (masked)
             idx, end = self.owner.slots, self.owner.capacity
+        elif self.owner.eager_pass is not None:  # an eager pass: where it writes, computed once for every layer
+            idx, end, start = self.owner.eager_pass
+            if start is not None:  # every row writes at the same slots: one slice, no scatter
+                T = key_states.shape[-2]
+                self.keys[:, :, start:start + T] = key_states
+                self.values[:, :, start:start + T] = value_states
+                return self.keys[:, :, :end], self.values[:, :, :end]
         else:
             idx, end = self.owner.write_index(key_states.shape[-2])
         idx = idx[:, None, :, None].expand_as(key_states)
@@ -67,6 +74,7 @@ class BatchKVCache(Cache):
         self.lengths = torch.zeros(self.batch, dtype=torch.long, device=device)
         self.starts = torch.zeros(self.batch, dtype=torch.long, device=device)
         self.slots: torch.Tensor | None = None  # [B, T], set by a static-shape pass while it runs
+        self.eager_pass: tuple | None = None  # (slots, end, the rows' common length or None), set by an eager pass
         shape = (self.batch, n_kv, self.capacity, head_dim)
         layers = [_BatchSlab(self, torch.zeros(shape, dtype=dtype, device=device),
                              torch.zeros(shape, dtype=dtype, device=device)) for _ in range(config.num_hidden_layers)]
@@ -187,11 +195,17 @@ class BatchLM:
     @torch.inference_mode()
     def _pass(self, ids: torch.Tensor, logits_to_keep: int = 0, **model_kwargs) -> torch.Tensor:
         T = ids.shape[1]
-        slots, _ = self.cache.write_index(T)  # [B, T]: what the pass writes, also its cache_position (_static_pass)
+        slots, end = self.cache.write_index(T)  # [B, T]: what the pass writes, also its cache_position (_static_pass)
         pos = (slots - self.cache.starts[:, None]).clamp_min(0)
-        out = self.model(input_ids=ids.to(self.device), position_ids=pos, cache_position=slots,
-                         attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=logits_to_keep, **model_kwargs)
+        lengths = self.cache.lengths
+        common = int(lengths[0]) if bool((lengths == lengths[0]).all()) else None
+        self.cache.eager_pass = (slots, end, common)
+        try:
+            out = self.model(input_ids=ids.to(self.device), position_ids=pos, cache_position=slots,
+                             attention_mask=self.cache.mask(T, self.dtype), past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=logits_to_keep, **model_kwargs)
+        finally:
+            self.cache.eager_pass = None
         return out.logits
 
     @torch.inference_mode()
