@@ -315,3 +315,19 @@ def test_goodput_verdicts_are_paired_and_decide_only_with_their_interval():
     assert v.verdict.tolist() == ["fails"] and v.hi.iloc[0] < 1
     v = ld.goodput_verdicts(runs(4, {"load-adaptive": set(), "autoregressive": {1}}), slo)
     assert v.verdict.iloc[0].startswith("unresolved")
+
+
+@pytest.mark.parametrize("cache_len", [None, 40])
+def test_a_long_row_beside_a_long_draft_fits_the_cache(toy16, cache_len):
+    """A pass pads every row to its longest feed: a long prompt near its end beside a row drafting 12 tokens needs the
+    largest step's headroom on every row (the default cache), or K cut to fit (a cache_len set by hand that leaves
+    less). Before, the pass overflowed the cache (found by the full chapter 9)."""
+    long, short = list(range(16)) * 2, [1, 2]
+    e = Engine(toy16.target, max_batch=2, cache_len=cache_len)
+    e.submit(long, max_new_tokens=4)
+    e.submit(short, method="linear", drafter=toy16.drafters["model"], k=12, max_new_tokens=20)
+    res = e.run()
+    assert [r.error for r in res] == [None, None]
+    assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=n).tokens
+                                       for p, n in ((long, 4), (short, 20))]
+    assert (max(res[1].ks) < 12) == (cache_len is not None)

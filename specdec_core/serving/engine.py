@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids
+from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids, headroom
 from ..lm import CachedLM
 from ..loop import Autoregressive, Linear, Method, Parallel, settle
 from ..record import Result, Stats, Timer
@@ -111,7 +111,8 @@ class Engine:
     """Continuous batching over ``target`` (module docstring): ``submit`` requests, then ``run`` them.
 
     ``max_batch``: the most requests decoding at once. ``cache_len``: positions per row (default: what the
-    submitted requests need, the longest prompt + ``max_new_tokens`` + one step's headroom). ``step_cost``: the
+    submitted requests need: the longest prompt and answer + the largest step's headroom, since a pass pads every
+    row to its longest feed; a ``cache_len`` set by hand that leaves less cuts a step's K to fit). ``step_cost``: the
     :class:`StepCost` that ``k="adaptive"`` requests are chosen by (default: measured on ``target`` at the first
     run that has one). ``step_mode``: how the batch's verify and draft passes run (:mod:`specdec_core.graphs`;
     default eager, one pass shape per step), each request's prefill runs eager. ``commit_rule``: how many of its
@@ -179,7 +180,9 @@ class Engine:
         todo = [q for q in self.requests if not q.done]
         if not todo:
             return [q.result for q in self.requests]
-        capacity = self.cache_len or max(cache_capacity(self.target, len(q.prompt), q.options) for q in todo)
+        # a pass is as long as its longest row's feed, so every row needs the largest step's headroom, not only its own
+        capacity = self.cache_len or (max(len(q.prompt) + q.options.max_new_tokens for q in todo)
+                                      + max(headroom(q.options.method, q.options.k) for q in todo))
         if any(q.adaptive for q in todo) and self.step_cost is None:
             self.step_cost = StepCost.measure(self.target, max_rows=self.max_batch)
         lm = BatchLM(self.target, self.max_batch, capacity, self.step_mode)
@@ -266,7 +269,9 @@ class Engine:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
         verify pass, accept, commit."""
         t_draft = now()
-        ks = self._choose_ks(live)
+        # the pass writes max(lengths) + its longest feed: a cache_len set by hand may leave less room than a row's K
+        room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
+        ks = [min(k, room_left) for k in self._choose_ks(live)]
         steps = []  # [request, phases, draft, room]
         asks: dict[int, dict] = {}  # batched drafts: group → row → (context, k, params, generator)
         for r, q in enumerate(live):
