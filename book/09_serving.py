@@ -505,9 +505,7 @@ book.show(verdicts.set_index(["load", "other"])[["goal", "policy_goodput", "othe
 # %%
 g = load_table.set_index(["policy", "load"])
 engine_lines = [f"- **Continuous batching**: {identity_line}."]
-for load, v in verdicts.groupby("load"):
-    best = v[v.other != "autoregressive"].sort_values("other_goodput").iloc[-1]
-    base = v[v.other == "autoregressive"].iloc[0]
+for load, base, best in ld.against(verdicts):
     engine_lines.append(
         f"- Load {load:g}: load-adaptive goodput {base.policy_goodput:.2f} requests/s; ÷ autoregressive "
         f"{base.ratio:.2f} ({base.lo:.2f}–{base.hi:.2f}: {base.verdict} at ≥ 1), ÷ the best other policy "

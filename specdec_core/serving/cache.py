@@ -145,17 +145,24 @@ class BatchKVCache(Cache):
             self._full = ([(l.keys, l.values) for l in self.layers], self.lengths, self.starts)
         return self._full
 
-    def place(self, row: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        """Row ``row`` of the allocated rows holds exactly these entries (``[H, S, D]`` per layer, a request's
-        prefill): they fill its slots ``[0, S)``, its length is S, and nothing of the row's earlier occupant is read."""
+    def place(self, row: int, single, n: int) -> None:
+        """Row ``row`` of the allocated rows holds exactly the first ``n`` entries of ``single``, a single sequence's
+        cache (a request's prefill): they fill its slots ``[0, n)``, its length is n, and nothing of the row's
+        earlier occupant is read (n = 0: the row is empty)."""
         slabs, lengths, starts = self._allocated()
-        S = keys[0].shape[-2]
-        if S > self.capacity:
-            raise ValueError(f"a row of {S} entries does not fit the cache's {self.capacity} positions")
-        for (k, v), nk, nv in zip(slabs, keys, values):
-            k[row, :, :S] = nk
-            v[row, :, :S] = nv
-        lengths[row], starts[row] = S, 0
+        if n > self.capacity:
+            raise ValueError(f"a row of {n} entries does not fit the cache's {self.capacity} positions")
+        for (k, v), layer in zip(slabs, single.layers if n else []):
+            k[row, :, :n] = layer.keys[0, :, :n]
+            v[row, :, :n] = layer.values[0, :, :n]
+        lengths[row], starts[row] = n, 0
+
+    def rollback_row(self, row: int, n: int) -> None:
+        """Forget the last ``n`` committed positions of row ``row`` alone (:meth:`rollback` for one row)."""
+        if n:
+            by = torch.zeros(self.batch, dtype=torch.long, device=self.lengths.device)
+            by[row] = n
+            self.rollback(by)
 
     def move(self, src: int, dst: int) -> None:
         """Row ``dst`` takes row ``src``'s entries and length (a copy of its committed slots per layer)."""

@@ -58,8 +58,7 @@ class RowDrafts:
     # -- rows, as the engine moves them ------------------------------------------------------------------------
     def clear(self, row: int) -> None:
         """A new request took ``row``: its draft cache is empty (its first proposal feeds its context)."""
-        _, lengths, starts = self.lm.cache._allocated()
-        lengths[row] = starts[row] = 0
+        self.lm.cache.place(row, None, 0)
 
     def move(self, src: int, dst: int) -> None:
         self.lm.cache.move(src, dst)
@@ -67,9 +66,7 @@ class RowDrafts:
     def truncate(self, row: int, n: int) -> None:
         """Row ``row`` keeps its first ``n`` entries (its context and accepted drafts); O(1), a pointer move."""
         cache = self.lm.cache
-        by = torch.zeros(cache.batch, dtype=torch.long, device=cache.lengths.device)
-        by[row] = max(int(cache.lengths[row] - cache.starts[row]) - n, 0)
-        cache.rollback(by)
+        cache.rollback_row(row, max(int(cache.lengths[row] - cache.starts[row]) - n, 0))
 
     # -- proposals --------------------------------------------------------------------------------------------
     def _unseen(self, n_live: int, asks: dict) -> list[list[int]]:
@@ -86,9 +83,7 @@ class RowDrafts:
                 one = self.one
                 one.cache.reset()
                 one.forward(torch.tensor(u[:-1], dtype=torch.long), logits_to_keep=1, **self.model_kwargs)
-                n = len(u) - 1
-                cache.place(r, [layer.keys[0, :, :n] for layer in one.cache.layers],
-                            [layer.values[0, :, :n] for layer in one.cache.layers])
+                cache.place(r, one.cache, len(u) - 1)
                 u = u[-1:]
             unseen[r] = u
         return unseen

@@ -97,10 +97,7 @@ class _Row:
         return self
 
     def rollback(self, n: int) -> None:
-        if n:
-            by = torch.zeros(self.batch_cache.batch, dtype=torch.long)
-            by[self.r] = n
-            self.batch_cache.rollback(by)
+        self.batch_cache.rollback_row(self.r, n)
 
 
 def _is_time(x) -> bool:
@@ -244,7 +241,7 @@ class Engine:
             one.cache.reset()
             logits = one.forward(torch.tensor(q.prompt), logits_to_keep=1)[-1]
             tok, _ = choose(logits, q.method.params, q.method.generator)
-            self._place(lm, one, row, len(q.prompt))
+            lm.cache.place(row, one.cache, len(q.prompt))
         except Exception as e:  # noqa: BLE001 -- the request fails, the run goes on
             res.error, q.done = e, True
             return
@@ -257,10 +254,6 @@ class Engine:
         q.seq = q.prompt + [tok]
         q.done = tok in q.eos or q.options.max_new_tokens <= 1
 
-    def _place(self, lm: BatchLM, one: CachedLM, row: int, n: int) -> None:
-        layers = one.cache.layers
-        lm.cache.place(row, [layer.keys[0, :, :n] for layer in layers], [layer.values[0, :, :n] for layer in layers])
-
     def _logits(self, logits: torch.Tensor, r: int, n: int) -> torch.Tensor:
         """Row r's verify logits (its first n positions)."""
         return logits[r, :n]
@@ -269,9 +262,10 @@ class Engine:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
         verify pass, accept, commit."""
         t_draft = now()
-        # the pass writes max(lengths) + its longest feed: a cache_len set by hand may leave less room than a row's K
-        room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
-        ks = [min(k, room_left) for k in self._choose_ks(live)]
+        ks = self._choose_ks(live)
+        if self.cache_len is not None:  # the pass writes max(lengths) + its longest feed: cut K to what is left
+            room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
+            ks = [min(k, room_left) for k in ks]
         steps = []  # [request, phases, draft, room]
         asks: dict[int, dict] = {}  # batched drafts: group → row → (context, k, params, generator)
         for r, q in enumerate(live):

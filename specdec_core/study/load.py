@@ -140,19 +140,6 @@ def slo_from(runs: pd.DataFrame, ttft: float, tpot: float, baseline: str = "auto
     return dict(ttft=ttft * float(low.ttft.median()), tpot=tpot * float(low.tpot.median()))
 
 
-def beside(table: pd.DataFrame, policy: str = "load-adaptive", baseline: str = "autoregressive",
-           measure: str = "goodput") -> pd.DataFrame:
-    """Per load: ``policy``'s ``measure``, ``baseline``'s, and the best of the other policies (name and value)."""
-    t = table.set_index(["policy", "load"])[measure]
-    others = [p for p in dict.fromkeys(table.policy) if p not in (policy, baseline)]
-    rows = []
-    for load in sorted(table.load.unique()):
-        best = max(others, key=lambda p: t.get((p, load), float("-inf"))) if others else None
-        rows.append(dict(load=load, policy=t[(policy, load)], baseline=t[(baseline, load)], best_other=best,
-                         best_other_value=t[(best, load)] if best else float("nan")))
-    return pd.DataFrame(rows)
-
-
 def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive", baseline: str = "autoregressive",
                      share: float = 0.95, level: float = 0.9, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """At each load, ``policy``'s goodput ÷ each other policy's, pooled over rounds (requests meeting every SLO ÷
@@ -191,6 +178,13 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
                              verdict=report.judged(word, rounds * n)))
     return pd.DataFrame(rows)
+
+
+def against(verdicts: pd.DataFrame, baseline: str = "autoregressive"):
+    """Per load of :func:`goodput_verdicts`: (load, the row against ``baseline``, the row against the other policy
+    with the highest goodput)."""
+    for load, v in verdicts.groupby("load"):
+        yield load, v[v.other == baseline].iloc[0], v[v.other != baseline].sort_values("other_goodput").iloc[-1]
 
 
 def crossover(table: pd.DataFrame, policy: str, baseline: str = "autoregressive", measure: str = "goodput"):

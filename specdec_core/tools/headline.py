@@ -252,9 +252,7 @@ def engine_lines(ref: Path) -> list[str]:
     from ..study import load as sweep  # deferred, as exactness above: it loads the engine and torch
 
     parts = []
-    for load, g in v.groupby("load"):
-        base = g[g.other == "autoregressive"].iloc[0]
-        best = g[g.other != "autoregressive"].sort_values("other_goodput").iloc[-1]
+    for load, base, best in sweep.against(v):
         parts.append(f"load {load:g}: {base.policy_goodput:.2f}, ÷ autoregressive {base.ratio:.2f} "
                      f"({base.lo:.2f}–{base.hi:.2f}, {base.verdict} at ≥ 1), ÷ the best other ({best.other}) "
                      f"{best.ratio:.2f} ({best.lo:.2f}–{best.hi:.2f}, {best.verdict} at ≥ {best.goal:g})")
