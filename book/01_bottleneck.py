@@ -332,8 +332,9 @@ print("T whose median pass timed slower than a pass over more tokens (a kernel s
 # attention over the cache runs each query over the keys its mask leaves open, in a fixed order. Every output
 # is one accumulator in a fixed order, so a position's logits do not depend on how many positions share the
 # pass (row invariance: `tests/test_kernels.py`). At its first load on a machine the library times both
-# paths on the target's own layers and keeps the kernel only where it wins (cached in `build/kernels/`,
-# printed once; `SPECDEC_CPU_KERNEL=rows|torch` overrides); the whole book runs on the path it chose.
+# paths on the target's own layers and keeps the kernel where it saves time over the few-token passes taken
+# together (`kernels.decide`; cached in `build/kernels/`, printed once; `SPECDEC_CPU_KERNEL=rows|torch`
+# overrides); the whole book runs on the path it chose.
 #
 # MKL reads its variable once per process, so each setting is timed in a fresh subprocess
 # (`specdec_core.study.blas.compare_paths`), one after the other, at every thread count compared in section

@@ -148,6 +148,45 @@ def test_no_compiler_falls_back_with_a_one_line_notice(capsys):
     assert kernels.path_of(model) == "torch" and type(model[0]) is torch.nn.Linear
 
 
+# the embedded target's calibrations in the three fresh clones of 2026-12-05 (42bcec9, 224415e, a7dc624: the last
+# two wrote the reference runs), ms for the 211 linear layers chained at T rows: torch is a little faster at 2 rows
+# (MKL's 1-row routine is the slow one there), the kernel 40 % faster at 5 to 9
+TORCH_MS = [{1: 20.9, 2: 20.6, 5: 35.2, 9: 45.0, 17: 50.3, 25: 53.5, 33: 63.3, 49: 69.8, 64: 85.8},
+            {1: 23.4, 2: 21.2, 5: 35.8, 9: 45.7, 17: 51.4, 25: 53.6, 33: 62.4, 49: 68.6, 64: 85.7},
+            {1: 24.1, 2: 22.0, 5: 37.3, 9: 46.8, 17: 53.8, 25: 56.0, 33: 59.8, 49: 73.6, 64: 87.0}]
+ROWS_MS = [{1: 20.5, 2: 21.7, 5: 21.5, 9: 26.0, 17: 31.6, 25: 36.8, 33: 44.4, 49: 56.4, 64: 69.2},
+           {1: 21.6, 2: 23.5, 5: 24.6, 9: 27.4, 17: 33.2, 25: 38.1, 33: 45.0, 49: 55.9, 64: 68.8},
+           {1: 21.1, 2: 22.5, 5: 22.2, 9: 26.7, 17: 32.9, 25: 37.6, 33: 44.8, 49: 58.0, 64: 71.0}]
+
+
+def first_win_rule(torch_s, rows_s):
+    """The rule those clones ran (the mutant): the kernel refused outright when it lost at the second count."""
+    counts = sorted(torch_s)
+    ok = rows_s[1] <= 1.02 * torch_s[1] and rows_s[counts[1]] < torch_s[counts[1]]
+    return dict(choice="rows" if ok else "torch")
+
+
+@pytest.mark.parametrize("clone", range(3))
+def test_a_small_loss_at_two_rows_does_not_refuse_a_kernel_that_wins_the_verify_passes(clone):
+    got = kernels.decide(TORCH_MS[clone], ROWS_MS[clone])
+    assert got == dict(choice="rows", max_rows=kernels.MAX_ROWS), got
+    assert first_win_rule(TORCH_MS[clone], ROWS_MS[clone])["choice"] == "torch"  # what the reference runs got
+
+
+def test_decide_keeps_torch_where_the_kernel_loses_and_stops_the_kernel_before_a_large_loss():
+    torch_s = {1: 1.0, 2: 1.0, 5: 1.5, 9: 2.0, 17: 3.0, 33: 4.0, 64: 5.0}
+    assert kernels.decide(torch_s, {T: 1.03 * v for T, v in torch_s.items()})["reason"] == "slower at one row"
+    # within the slack everywhere, but never faster: nothing saved
+    assert kernels.decide(torch_s, {T: 1.1 * v if T > 1 else v for T, v in torch_s.items()})["choice"] == "torch"
+    # faster up to 17, then far slower: the kernel takes up to 17 rows, not the losing tail
+    rows_s = {1: 1.0, 2: 1.05, 5: 1.1, 9: 1.2, 17: 2.5, 33: 6.0, 64: 9.0}
+    assert kernels.decide(torch_s, rows_s) == dict(choice="rows", max_rows=17)
+    # faster only at one row: a kernel for decoding alone is not worth losing the verify passes' speed
+    assert kernels.decide(torch_s, {1: 0.9, **{T: 1.1 * v for T, v in torch_s.items() if T > 1}})["choice"] == "torch"
+    with pytest.raises(ValueError, match="one-row"):
+        kernels.decide({2: 1.0}, {2: 1.0})
+
+
 @pytest.fixture(scope="module")
 def smol_rows(smol):
     """The embedded target on the kernel path whatever the calibration chose (restored after)."""
