@@ -412,7 +412,9 @@ display(Markdown("\n".join(
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
 # `k="adaptive"`: each step the engine chooses the adaptive rows' K, 0 included, to maximize the batch's expected
 # tokens per second from a step-cost model t(rows, tokens) measured first and each row's running acceptance
-# (SmartSpec's goodput rule, `sd.serving.StepCost`). The measures are vLLM's (`specdec_core/serving/metrics.py`):
+# (SmartSpec's goodput rule, `sd.serving.StepCost`), except on the step right after an admission: the rows
+# decoding then have just waited for a prefill, so their gap is already the longest, and the adaptive rows do
+# not speculate there. The measures are vLLM's (`specdec_core/serving/metrics.py`):
 # TTFT, TPOT = (E2E − TTFT)/(tokens − 1), per-token ITL (a step's gap shared among its tokens), E2E, and goodput,
 # the requests per second that met every SLO.
 

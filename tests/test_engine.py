@@ -108,11 +108,31 @@ def test_step_cost_chooses_k_by_acceptance_and_load():
         StepCost(COSTS, draft_cost=-1)
 
 
+def test_adaptive_rows_do_not_speculate_on_the_step_after_a_prefill(toy):
+    """Rows that waited for a neighbour's prefill take K = 0 on the next step (their gap is already the longest);
+    a request admitted into an empty batch, and every later step, speculate as the cost model says. The engine
+    told to speculate after a prefill does so on that step."""
+    def ks(max_batch, speculate_after_prefill=False):
+        e = Engine(toy.target, max_batch=max_batch, step_cost=StepCost(COSTS, draft_cost=0.1))
+        e.speculate_after_prefill = speculate_after_prefill
+        for prompt in ([1, 2, 3], [4, 5]):
+            e.submit(prompt, method="linear", drafter=toy.drafters["model"], k="adaptive", max_new_tokens=6)
+        return [r.ks for r in e.run()]
+
+    together = ks(2)  # the second prefill stalls the first row: both rows' first step is K = 0
+    assert [k[0] for k in together] == [0, 0] and all(k[1] > 0 for k in together), together
+    one_by_one = ks(1)  # each admitted into an empty batch: nothing waited
+    assert all(k[0] > 0 for k in one_by_one), one_by_one
+    assert ks(2, speculate_after_prefill=True)[0][0] > 0
+
+
 def _engine_samples(toy, n_requests, engine=Engine):
     """Requests for [1, 2, 3] at T = 1, top-k 3, each its own seed, K chosen by the engine (from fixed costs, so
     the outcome is deterministic), 3 at a time among neighbours of other prompts (a greedy one and a sampled one):
-    only the [1, 2, 3] requests are returned."""
+    only the [1, 2, 3] requests are returned. Nearly every step of such short requests follows an admission: the
+    rows speculate there too, so that K varies on every step."""
     e = engine(toy.target, max_batch=3, step_cost=StepCost(COSTS, draft_cost=0.1))
+    e.speculate_after_prefill = True
     ours = []
     for i in range(n_requests):
         ours.append(e.submit([1, 2, 3], seed=7000 + i, method="linear", drafter=toy.drafters["model"], k="adaptive",

@@ -24,7 +24,10 @@ scheduling:
 - **Speculation per request and by load.** vLLM applies one speculative method and one ``num_speculative_tokens``
   to the whole batch (its batch-size table, ``num_speculative_tokens_per_batch_size``, by batch size); here each
   request carries its own, and ``k="adaptive"`` lets the engine choose the row's K each step, 0 included, from a
-  step-cost model and the row's running acceptance (:class:`StepCost`, SmartSpec's goodput rule).
+  step-cost model and the row's running acceptance (:class:`StepCost`, SmartSpec's goodput rule). The step right
+  after an admission does not speculate for adaptive rows: the decoding rows have already waited a prefill for
+  it, their longest inter-token gaps are those steps, and a draft and a longer verify pass would add to exactly
+  those (vLLM's chunked prefill bounds the same tail by spreading the prefill over steps instead).
 
 Exactness is the core's: each row is drafted, accepted and cut by the single-sequence phases with its own
 generator, and reads only its own cache row. A greedy request's output equals ``generate``'s, whatever its
@@ -114,7 +117,12 @@ class Engine:
     run that has one). ``step_mode``: how the batch's verify and draft passes run (:mod:`specdec_core.graphs`;
     default eager, one pass shape per step), each request's prefill runs eager. ``commit_rule``: how many of its
     verified tokens each row's cache keeps, from the step's verdicts (None: each row its own accepted + 1, as
-    ``generate``; the tests' negative controls pass a wrong one)."""
+    ``generate``; the tests' negative controls pass a wrong one).
+
+    ``speculate_after_prefill`` (a class attribute, False): whether adaptive rows may speculate on the step right
+    after an admission (module docstring); the law tests set it on an instance to see K vary on every step."""
+
+    speculate_after_prefill = False
 
     def __init__(self, target, max_batch: int = 8, cache_len: int | None = None, step_cost=None,
                  step_mode: str = "eager", commit_rule=None):
@@ -203,8 +211,9 @@ class Engine:
         live: list[_Request] = []
         while waiting or live:
             # admit: arrived requests into free rows, each prefilled alone
-            t = now()
+            t, stalled = now(), False
             while waiting and len(live) < self.max_batch and waiting[0].arrival_s <= t:
+                stalled = stalled or bool(live)  # rows already decoding wait for this prefill
                 q = waiting.pop(0)
                 for g in groups.values():
                     g.clear(len(live))
@@ -218,7 +227,7 @@ class Engine:
                 if waiting:  # idle until the next arrival
                     time.sleep(max(0.0, waiting[0].arrival_s - now()))
                 continue
-            self._step(live, lm, now, groups)
+            self._step(live, lm, now, groups, stalled)
             for r in reversed(range(len(live))):  # retire finished rows; the last live row fills the gap
                 q = live[r]
                 if q.done:
@@ -258,11 +267,11 @@ class Engine:
         """Row r's verify logits (its first n positions)."""
         return logits[r, :n]
 
-    def _step(self, live: list[_Request], lm: BatchLM, now, groups: dict) -> None:
+    def _step(self, live: list[_Request], lm: BatchLM, now, groups: dict, stalled: bool = False) -> None:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
-        verify pass, accept, commit."""
+        verify pass, accept, commit. ``stalled``: decoding rows waited for a prefill just before this step."""
         t_draft = now()
-        ks = self._choose_ks(live)
+        ks = self._choose_ks(live, stalled)
         if self.cache_len is not None:  # the pass writes max(lengths) + its longest feed: cut K to what is left
             room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
             ks = [min(k, room_left) for k in ks]
@@ -333,11 +342,14 @@ class Engine:
                 s.token_times += [t_end - q.arrival_s] * (len(q.result.tokens) - len(s.token_times))
                 s.decode_s = s.token_times[-1] - s.token_times[0]
 
-    def _choose_ks(self, live: list[_Request]) -> list[int]:
+    def _choose_ks(self, live: list[_Request], stalled: bool = False) -> list[int]:
         """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best
-        (:meth:`run` measures the model whenever a request is adaptive)."""
+        (:meth:`run` measures the model whenever a request is adaptive), or 0 on a ``stalled`` step (module
+        docstring: the rows have just waited for a prefill)."""
         if not any(q.adaptive for q in live):
             return [q.k_max for q in live]
+        if stalled and not self.speculate_after_prefill:
+            return [0 if q.adaptive else q.k_max for q in live]
         best = self.step_cost.best_k([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live])
         return [best if q.adaptive else q.k_max for q in live]
 
