@@ -150,23 +150,27 @@ def test_no_compiler_falls_back_with_a_one_line_notice(capsys):
 
 # the embedded target's calibrations in the three fresh clones of 2026-12-05 (42bcec9, 224415e, a7dc624: the last
 # two wrote the reference runs), ms for the 211 linear layers chained at T rows: torch is a little faster at 2 rows
-# (MKL's 1-row routine is the slow one there), the kernel 40 % faster at 5 to 9
-TORCH_MS = [{1: 20.9, 2: 20.6, 5: 35.2, 9: 45.0, 17: 50.3, 25: 53.5, 33: 63.3, 49: 69.8, 64: 85.8},
+# (MKL's 1-row routine is the slow one there), the kernel 40 % faster at 5 to 9; and the clone of 87fe23f, where
+# the kernel was 4 % slower at one row (noise: chapter 1's whole passes are 31.8 ms against 32.9 with MKL)
+TORCH_MS = [{1: 20.9, 2: 20.9, 5: 35.4, 9: 44.3, 17: 51.9, 25: 53.6, 33: 59.6, 49: 72.5, 64: 89.9},
+            {1: 20.9, 2: 20.6, 5: 35.2, 9: 45.0, 17: 50.3, 25: 53.5, 33: 63.3, 49: 69.8, 64: 85.8},
             {1: 23.4, 2: 21.2, 5: 35.8, 9: 45.7, 17: 51.4, 25: 53.6, 33: 62.4, 49: 68.6, 64: 85.7},
             {1: 24.1, 2: 22.0, 5: 37.3, 9: 46.8, 17: 53.8, 25: 56.0, 33: 59.8, 49: 73.6, 64: 87.0}]
-ROWS_MS = [{1: 20.5, 2: 21.7, 5: 21.5, 9: 26.0, 17: 31.6, 25: 36.8, 33: 44.4, 49: 56.4, 64: 69.2},
+ROWS_MS = [{1: 21.8, 2: 24.1, 5: 23.5, 9: 28.1, 17: 34.1, 25: 39.0, 33: 47.0, 49: 60.7, 64: 73.4},
+           {1: 20.5, 2: 21.7, 5: 21.5, 9: 26.0, 17: 31.6, 25: 36.8, 33: 44.4, 49: 56.4, 64: 69.2},
            {1: 21.6, 2: 23.5, 5: 24.6, 9: 27.4, 17: 33.2, 25: 38.1, 33: 45.0, 49: 55.9, 64: 68.8},
            {1: 21.1, 2: 22.5, 5: 22.2, 9: 26.7, 17: 32.9, 25: 37.6, 33: 44.8, 49: 58.0, 64: 71.0}]
 
 
 def first_win_rule(torch_s, rows_s):
-    """The rule those clones ran (the mutant): the kernel refused outright when it lost at the second count."""
+    """The rule those clones ran (the mutant): the kernel refused outright when it lost at the second count, or by
+    2 % at one row."""
     counts = sorted(torch_s)
     ok = rows_s[1] <= 1.02 * torch_s[1] and rows_s[counts[1]] < torch_s[counts[1]]
     return dict(choice="rows" if ok else "torch")
 
 
-@pytest.mark.parametrize("clone", range(3))
+@pytest.mark.parametrize("clone", range(4))
 def test_a_small_loss_at_two_rows_does_not_refuse_a_kernel_that_wins_the_verify_passes(clone):
     got = kernels.decide(TORCH_MS[clone], ROWS_MS[clone])
     assert got == dict(choice="rows", max_rows=kernels.MAX_ROWS), got
@@ -175,7 +179,7 @@ def test_a_small_loss_at_two_rows_does_not_refuse_a_kernel_that_wins_the_verify_
 
 def test_decide_keeps_torch_where_the_kernel_loses_and_stops_the_kernel_before_a_large_loss():
     torch_s = {1: 1.0, 2: 1.0, 5: 1.5, 9: 2.0, 17: 3.0, 33: 4.0, 64: 5.0}
-    assert kernels.decide(torch_s, {T: 1.03 * v for T, v in torch_s.items()})["reason"] == "slower at one row"
+    assert kernels.decide(torch_s, {T: 1.06 * v for T, v in torch_s.items()})["reason"] == "slower at one row"
     # within the slack everywhere, but never faster: nothing saved
     assert kernels.decide(torch_s, {T: 1.1 * v if T > 1 else v for T, v in torch_s.items()})["choice"] == "torch"
     # faster up to 17, then far slower: the kernel takes up to 17 rows, not the losing tail
