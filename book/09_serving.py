@@ -412,6 +412,7 @@ display(Markdown("\n".join(
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
 # `k="adaptive"`: each step the engine chooses the adaptive rows' K, 0 included, to maximize the batch's expected
 # tokens per second from a step-cost model t(rows, tokens) measured first and each row's running acceptance
+# at each draft position
 # (SmartSpec's goodput rule, `sd.serving.StepCost`), except on the step right after an admission: the rows
 # decoding then have just waited for a prefill, so their gap is already the longest, and the adaptive rows do
 # not speculate there. The measures are vLLM's (`specdec_core/serving/metrics.py`):

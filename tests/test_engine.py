@@ -92,20 +92,54 @@ LAW_TOKENS = 4
 COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17)}
 
 
+def _row(accepted, drafted, steps=10, allowed=None):
+    """A row's record after ``steps`` steps that each drafted ``drafted`` and accepted ``accepted`` (a list: one per
+    step, cycled), allowed ``allowed`` (default: what it drafted)."""
+    s = sd.Stats("linear")
+    accepted = accepted if isinstance(accepted, list) else [accepted]
+    for i in range(steps):
+        a = accepted[i % len(accepted)]
+        s.record_step(min(a + 1, drafted), a, drafted, [], 0, False)
+    return s, [allowed or drafted] * steps, None
+
+
 def test_step_cost_chooses_k_by_acceptance_and_load():
     """K grows with the rows' acceptance, falls to 0 at none, and shrinks as more rows share the pass."""
-    def row(accepted, proposed):
-        s = sd.Stats("linear")
-        s.accepted_lengths, s.proposed, s.drafted = [accepted], [proposed], [proposed]
-        return s, [proposed], None
-
     cost = StepCost(COSTS, draft_cost=0.1)
-    ks = [cost.best_k([row(a, 40)]) for a in (0, 10, 30, 38)]
-    assert ks[0] == 0 and ks == sorted(ks) and ks[-1] > ks[1] > 0
-    assert cost.best_k([row(30, 40)] * 4) < ks[2]
+    ks = [cost.best_k([_row(a, 32)]) for a in (0, 8, 24, 31)]
+    assert ks[0] == 0 and ks == sorted(ks) and ks[-1] > ks[1] > 0, ks
+    assert cost.best_k([_row(24, 32)] * 4) < ks[2]
     assert cost.t(1, 1) == COSTS[(1, 1)] and cost.t(8, 1) == pytest.approx(2 * COSTS[(4, 1)])
     with pytest.raises(ValueError, match="draft_cost"):
         StepCost(COSTS, draft_cost=-1)
+
+
+def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
+    """A geometric drafter's positions come out near α^i. A drafter accepted all or nothing (a copied span of 8, one
+    step in 5) gets P_i ≈ 0.2 at every position up to 8 and none past what it proposes: drafted to its span's end
+    where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought for 0.25
+    passes). The mutant with one α over all its tests (0.67, SmartSpec's running rate) prices the first token at
+    0.67 and speculates there."""
+    cost = StepCost(COSTS, draft_cost=0.02)
+    rng = np.random.default_rng(0)
+    geometric = _row([int(rng.geometric(0.4)) - 1 for _ in range(400)], 12, steps=400)
+    c = cost.counts(*geometric[:2])
+    assert np.allclose(cost.acceptance(c, c)[:6], 0.6 ** np.arange(1, 7), atol=0.05)
+    burst = _row([8, 0, 0, 0, 0], 8, steps=100, allowed=16)
+    c = cost.counts(*burst[:2])
+    p = cost.acceptance(c, c)
+    assert np.allclose(p[:8], 0.2, atol=0.02) and p[8:16].max() < 0.05, p[:16]
+    assert cost.best_k([burst]) == 8
+    steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
+    assert StepCost(steep, draft_cost=0.0).best_k([burst]) == 0
+
+    class OneAlpha(StepCost):  # the mutant: one rate for every position, fill as measured
+        def acceptance(self, c, pooled):
+            alpha = c[3].sum() / c[2].sum()
+            fill = c[1] / np.maximum(c[0], 1)
+            return np.array([fill[self.octave(i)] * alpha ** i for i in range(1, self.K_MAX + 1)])
+
+    assert OneAlpha(steep, draft_cost=0.0).best_k([burst]) > 0
 
 
 def test_adaptive_rows_do_not_speculate_on_the_step_after_a_prefill(toy):

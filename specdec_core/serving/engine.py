@@ -44,6 +44,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids, headroom
@@ -374,10 +375,17 @@ class StepCost:
     ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
     (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows, of which the
     adaptive ones draft K tokens, costs ``t(n, max(K, fixed K) + 1) + d · drafted``, where d is ``draft_cost``
-    (seconds per drafted token), or by default the running draft time per drafted token of this engine's steps. A
-    row with running acceptance α (its tests, shrunk towards the engine's pooled α with ``PRIOR_TESTS``
-    pseudo-tests) and fill ρ (tokens its drafter proposed per token allowed) adds ``1 + ρ · (α + α² + … + α^K)``
-    tokens. K = 0 (no speculation) is one of the choices."""
+    (seconds per drafted token), or by default the running draft time per drafted token of this engine's steps.
+    K = 0 (no speculation) is one of the choices.
+
+    A row drafting K adds ``1 + P_1 + … + P_K`` tokens, P_i the chance that its i-th draft token is accepted,
+    estimated per position from the row's own steps (:meth:`acceptance`): how often its drafter proposed an i-th
+    token when allowed one (fill), and how often an i-th token was accepted once tested. A geometric α (P_i = α^i)
+    is the special case of one rate at every position; a drafter that copies a span (the suffix drafter on an
+    input-grounded request) is accepted all or nothing, so its first token is the doubtful one and the later ones
+    are nearly sure, which one α would price as if each were as doubtful as the first. Positions are pooled in
+    octaves (1, 2, 3-4, 5-8, …), and each octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards the
+    live rows' pooled ones, those towards the octave before (fill 1 and acceptance 0.5 before any step)."""
 
     K_MAX = 32
     PRIOR_TESTS = 4
@@ -395,6 +403,7 @@ class StepCost:
         self.tokens = sorted({t for _, t in verify})
         self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
         self.draft_s, self.drafted = 0.0, 0
+        self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] (counts)
 
     @classmethod
     def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3) -> StepCost:
@@ -436,28 +445,55 @@ class StepCost:
         self.draft_s += seconds
         self.drafted += drafted
 
-    def expected(self, stats: Stats, ks: list[int], pooled: float) -> tuple[float, float]:
-        """A row's (α, ρ): its acceptance, shrunk towards ``pooled`` with :attr:`PRIOR_TESTS` pseudo-tests, and the
-        share of the tokens it was allowed (``ks``, one per step) that its drafter proposed (1 before any step)."""
-        alpha = (sum(stats.accepted_lengths) + self.PRIOR_TESTS * pooled) / (sum(stats.proposed) + self.PRIOR_TESTS)
-        allowed = sum(ks)
-        return min(alpha, 0.999), (min(sum(stats.drafted) / allowed, 1.0) if allowed else 1.0)
+    @classmethod
+    def octave(cls, i: int) -> int:
+        """Position i's pool: 0 for 1, 1 for 2, 2 for 3-4, 3 for 5-8, …"""
+        return (i - 1).bit_length()
+
+    def counts(self, stats: Stats, ks: list[int]) -> np.ndarray:
+        """A row's tallies per octave, ``[allowed, proposed, tested, accepted]`` × octave, from its steps so far
+        (kept between calls: a step is read once)."""
+        rec = self._tallies.get(id(stats))
+        if rec is None or rec[0] is not stats:
+            rec = self._tallies[id(stats)] = [stats, 0, np.zeros((4, self.octave(self.K_MAX) + 1))]
+        _, seen, c = rec
+        for k, d, a in zip(ks[seen:], stats.drafted[seen:], stats.accepted_lengths[seen:]):
+            for i in range(1, min(k, self.K_MAX) + 1):
+                o = self.octave(i)
+                c[0, o] += 1
+                c[1, o] += d >= i
+                c[2, o] += d >= i and a >= i - 1
+                c[3, o] += a >= i
+        rec[1] = min(len(ks), len(stats.drafted))
+        return c
+
+    def acceptance(self, c: np.ndarray, pooled: np.ndarray) -> np.ndarray:
+        """P_1 … P_K_MAX for a row with tallies ``c`` beside the live rows' ``pooled`` ones (class docstring)."""
+        fill = np.empty(c.shape[1])
+        rate = np.empty(c.shape[1])
+        prior_fill, prior_rate = 1.0, 0.5
+        for o in range(c.shape[1]):
+            prior_fill = (pooled[1, o] + self.PRIOR_TESTS * prior_fill) / (pooled[0, o] + self.PRIOR_TESTS)
+            prior_rate = (pooled[3, o] + self.PRIOR_TESTS * prior_rate) / (pooled[2, o] + self.PRIOR_TESTS)
+            fill[o] = (c[1, o] + self.PRIOR_TESTS * prior_fill) / (c[0, o] + self.PRIOR_TESTS)
+            rate[o] = min((c[3, o] + self.PRIOR_TESTS * prior_rate) / (c[2, o] + self.PRIOR_TESTS), 0.999)
+        octaves = [self.octave(i) for i in range(1, self.K_MAX + 1)]
+        return fill[octaves] * np.cumprod(rate[octaves])
 
     def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
         """The K of this step's adaptive rows. ``rows``: each live row's record, the K it was allowed at each step
         so far, and its own fixed K (0: autoregressive) or None for an adaptive row."""
         d = self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
-        tests = sum(sum(s.proposed) for s, _, _ in rows)
-        pooled = sum(sum(s.accepted_lengths) for s, _, _ in rows) / tests if tests else 0.5
-        laws = [(self.expected(s, ks, pooled), k) for s, ks, k in rows]
-        gain = lambda law, K: 1 + law[1] * sum(law[0] ** i for i in range(1, K + 1))  # noqa: E731
-        fixed = [(law, k) for law, k in laws if k is not None]
-        adaptive = [law for law, k in laws if k is None]
-        base = sum(gain(law, k) for law, k in fixed)
+        tallies = [self.counts(s, ks) for s, ks, _ in rows]
+        pooled = sum(tallies)
+        gains = [np.concatenate([[1.0], 1.0 + np.cumsum(self.acceptance(c, pooled))]) for c in tallies]
+        fixed = [(g, k) for g, (_, _, k) in zip(gains, rows) if k is not None]
+        adaptive = [g for g, (_, _, k) in zip(gains, rows) if k is None]
+        base = sum(g[min(k, self.K_MAX)] for g, k in fixed)
         fixed_T = max((k for _, k in fixed), default=0) + 1
         best, best_rate = 0, -1.0
         for K in range(self.K_MAX + 1):
-            tokens = base + sum(gain(law, K) for law in adaptive)
+            tokens = base + sum(g[K] for g in adaptive)
             drafted = K * len(adaptive) + sum(k for _, k in fixed)
             rate = tokens / (self.t(len(rows), max(fixed_T, K + 1)) + d * drafted)
             if rate > best_rate:
