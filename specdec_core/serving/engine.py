@@ -403,7 +403,7 @@ class StepCost:
         self.tokens = sorted({t for _, t in verify})
         self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
         self.draft_s, self.drafted = 0.0, 0
-        self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] (counts)
+        self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] of the live rows (counts)
 
     @classmethod
     def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3) -> StepCost:
@@ -485,6 +485,8 @@ class StepCost:
         so far, and its own fixed K (0: autoregressive) or None for an adaptive row."""
         d = self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
+        live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
+        self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
         gains = [np.concatenate([[1.0], 1.0 + np.cumsum(self.acceptance(c, pooled))]) for c in tallies]
         fixed = [(g, k) for g, (_, _, k) in zip(gains, rows) if k is not None]
