@@ -165,7 +165,7 @@ def _engine_samples(toy, n_requests, engine=Engine):
     the outcome is deterministic), 3 at a time among neighbours of other prompts (a greedy one and a sampled one):
     only the [1, 2, 3] requests are returned. Nearly every step of such short requests follows an admission: the
     rows speculate there too, so that K varies on every step."""
-    e = engine(toy.target, max_batch=3, step_cost=StepCost(COSTS, draft_cost=0.1))
+    e = engine(toy.target, max_batch=3, step_cost=StepCost(COSTS, draft_cost=0.02))  # cheap drafts: K 0 to 2
     e.speculate_after_prefill = True
     ours = []
     for i in range(n_requests):
@@ -385,3 +385,26 @@ def test_a_long_row_beside_a_long_draft_fits_the_cache(toy16, cache_len):
     assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=n).tokens
                                        for p, n in ((long, 4), (short, 20))]
     assert (max(res[1].ks) < 12) == (cache_len is not None)
+
+
+def test_each_row_gets_its_own_k_when_the_pass_packs():
+    """One row whose draft is nearly sure (a span of 16 accepted whole every step) beside three whose first draft
+    token is always rejected: with a packed pass (each drafted token costs what it adds to the pass) the sure row
+    drafts its span and the others nothing. One K for every row (``best_k``, the padded pass's rule and the mutant
+    here) either makes the three pay for drafts that are rejected or the sure row give up its span; the per-row
+    choice's expected rate is the higher."""
+    cost = StepCost(COSTS, draft_cost=0.01)
+    sure, doubtful = _row(16, 16, allowed=16), _row(0, 4, allowed=4)
+    rows = [sure] + [doubtful] * 3
+    ks = cost.best_ks(rows)
+    assert ks[0] >= 12 and ks[1:] == [0, 0, 0], ks
+    G = cost.gains(rows)
+
+    def rate(ks, packed=True):
+        n, drafted = len(ks), sum(ks)
+        T = (drafted + n) / n if packed else max(ks) + 1
+        return sum(G[r, k] for r, k in enumerate(ks)) / (cost.t(n, T) + 0.01 * drafted)
+    one = cost.best_k(rows)
+    assert rate(ks) > 1.2 * rate([one] * 4), (ks, one)
+    padded = cost.best_ks(rows, packed=False)  # every row pays the longest feed: the doubtful rows' drafts are free
+    assert rate(padded, packed=False) >= rate([one] * 4, packed=False) - 1e-12

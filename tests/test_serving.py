@@ -158,6 +158,43 @@ def test_batch_passes_keep_one_attention_setting():
     assert eager.target.config._attn_implementation == "eager"  # anything but sdpa is left alone
 
 
+def _ragged(packs, toy16, feeds, attend=None):
+    """A batch of PROMPTS' rows, one verify over ``feeds``, then one decode step: logits of both, and whether packed."""
+    from specdec_core.serving.cache import BatchLM, _Packing
+
+    lm = BatchLM(toy16.target, len(PROMPTS), 24)
+    lm.packs = lm.packs and packs
+    lm.prefill(PROMPTS)
+    if attend is not None:
+        good, _Packing.attend = _Packing.attend, attend
+    try:
+        first = lm.verify(feeds, commit=[len(f) - 1 for f in feeds])
+    finally:
+        if attend is not None:
+            _Packing.attend = good
+    return first, lm.verify([[2]] * len(PROMPTS)), lm.packs
+
+
+def test_a_packed_verify_pass_equals_the_padded_one(toy16):
+    """Rows of 1, 4, 2 and 6 tokens packed into one sequence (no padding) give each row the logits the padded pass
+    gives it, bit for bit in float64, and leave the same cache (the next step reads it). The mutant whose long rows
+    attend their neighbour's keys is caught."""
+    from specdec_core.serving.cache import _Packing
+
+    feeds = [[3], [1, 2, 3, 4], [5, 5], [6, 7, 0, 1, 2, 3]]
+    packed, after, packs = _ragged(True, toy16, feeds)
+    padded, after_padded, _ = _ragged(False, toy16, feeds)
+    assert packs and [x.shape[0] for x in packed] == [1, 4, 2, 6]
+    assert all(torch.equal(a, b) for a, b in zip(packed, padded))
+    assert all(torch.equal(a, b) for a, b in zip(after, after_padded))
+    good = _Packing.attend
+
+    def neighbour(self, attend, module, query, key, value, mask, **kw):  # the mutant: keys of the next row
+        return good(self, attend, module, query, key.roll(1, 0), value.roll(1, 0), mask, **kw)
+    bad, _, _ = _ragged(True, toy16, feeds, attend=neighbour)
+    assert not all(torch.allclose(a, b) for a, b in zip(bad, padded))
+
+
 @pytest.mark.parametrize("rows", [PROMPTS, [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]]])
 def test_prefill_row_by_row_equals_the_padded_pass(toy16, rows):
     """Both prefill layouts leave the same committed keys and values and return the same last logits (float64):

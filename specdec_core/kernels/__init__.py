@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 import warnings
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -333,7 +334,21 @@ def choose(model: torch.nn.Module, mode: str | None = None, quiet: bool = False,
 # -- attention over the cache ------------------------------------------------------------------------------------
 GQA_SDPA = "specdec_gqa_sdpa"
 
+# A pass that packs several sequences' tokens into one (serving.cache.BatchLM: every row's feed back to back, no
+# padding) sets this to the function that unpacks the queries and attends row by row; the two attention functions
+# below hand it their call, and it calls them back, unpacked, with this unset. Unset, they are what they say.
+PACKED_ATTENTION: ContextVar = ContextVar("specdec_packed_attention", default=None)
 
+
+def _packable(attend):
+    @functools.wraps(attend)
+    def attention(*args, **kwargs):
+        packed = PACKED_ATTENTION.get()
+        return attend(*args, **kwargs) if packed is None else packed(attend, *args, **kwargs)
+    return attention
+
+
+@_packable
 def gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """transformers' ``sdpa`` attention, except that grouped key/value heads go to the kernel as they are
     (``enable_gqa``) also under a mask: transformers copies them out to every query head whenever a mask is given
@@ -351,6 +366,7 @@ def gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=Non
 ROWS_ATTENTION = "specdec_rows_attention"
 
 
+@_packable
 def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """Attention through the kernel's ``attention`` (each query row over the keys its mask leaves open, in a fixed
     order: row-invariant) for float32 CPU passes that bring a mask or hold one query; anything else (a prefill

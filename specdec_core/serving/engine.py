@@ -14,17 +14,19 @@ scheduling:
 - **Running batch.** Live rows are kept first in one preallocated cache, one length per row (vLLM's persistent
   batch, condensed when a request leaves: the last live row moves into the freed one). A step drafts for every
   row with that row's own phases (:mod:`specdec_core.loop`: the row's drafter, K, sampling and generator; rows
-  whose requests share a draft model run its passes together, :mod:`specdec_core.serving.drafters`), pads
-  the rows' ``[last token, draft…]`` to one length, runs **one** target pass over all of them, and gives each row
-  its own logits to *accept* with the core's rule. Each row then keeps its own accepted tokens (a pointer move,
+  whose requests share a draft model run its passes together, :mod:`specdec_core.serving.drafters`), runs **one**
+  target pass over every row's ``[last token, draft…]``, and gives each row its own logits to *accept* with the
+  core's rule. The pass is *packed* as vLLM flattens its batch: the rows' feeds run back to back as one sequence,
+  so a row drafting 16 tokens beside seven decoding ones costs a pass over 24 tokens, not 8 × 17 padded slots
+  (:meth:`~specdec_core.serving.cache.BatchLM.verify`; CUDA-graph step modes keep padded shapes). Each row then keeps its own accepted tokens (a pointer move,
   :class:`~specdec_core.serving.cache.BatchKVCache`): acceptance is ragged and rows never re-pad.
 - **Retirement.** A row whose request reached EOS or its ``max_new_tokens`` leaves before the next step; its drafter
   is told (``finish``), and a waiting request can take the row at once. vLLM frees the request's KV blocks; here
   the row's slots are simply overwritten by the next occupant.
 - **Speculation per request and by load.** vLLM applies one speculative method and one ``num_speculative_tokens``
   to the whole batch (its batch-size table, ``num_speculative_tokens_per_batch_size``, by batch size); here each
-  request carries its own, and ``k="adaptive"`` lets the engine choose the row's K each step, 0 included, from a
-  step-cost model and the row's running acceptance (:class:`StepCost`, SmartSpec's goodput rule). The step right
+  request carries its own, and ``k="adaptive"`` lets the engine choose each row's own K each step, 0 included,
+  from a step-cost model and the rows' running acceptance (:class:`StepCost`, SmartSpec's goodput rule, per row). The step right
   after an admission does not speculate for adaptive rows: the decoding rows have already waited a prefill for
   it, their longest inter-token gaps are those steps, and a draft and a longer verify pass would add to exactly
   those (vLLM's chunked prefill bounds the same tail by spreading the prefill over steps instead).
@@ -264,15 +266,15 @@ class Engine:
         q.seq = q.prompt + [tok]
         q.done = tok in q.eos or q.options.max_new_tokens <= 1
 
-    def _logits(self, logits: torch.Tensor, r: int, n: int) -> torch.Tensor:
+    def _logits(self, logits: list[torch.Tensor], r: int, n: int) -> torch.Tensor:
         """Row r's verify logits (its first n positions)."""
-        return logits[r, :n]
+        return logits[r][:n]
 
     def _step(self, live: list[_Request], lm: BatchLM, now, groups: dict, stalled: bool = False) -> None:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
         verify pass, accept, commit. ``stalled``: decoding rows waited for a prefill just before this step."""
         t_draft = now()
-        ks = self._choose_ks(live, stalled)
+        ks = self._choose_ks(live, stalled, lm.packs)
         if self.cache_len is not None:  # the pass writes max(lengths) + its longest feed: cut K to what is left
             room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
             ks = [min(k, room_left) for k in ks]
@@ -306,7 +308,7 @@ class Engine:
         feeds = [q.seq[-1:] + (draft.tokens.tolist() if draft is not None else []) for q, _, draft, _ in steps]
         lm.cache.live(len(live))
         t_verify = now()
-        logits = lm.forward(feeds, commit=[len(f) for f in feeds])
+        logits = lm.verify(feeds, commit=[len(f) for f in feeds])  # row r's [len(feeds[r]), V]
         t_accept = now()
         verdicts = [None] * len(steps)
         for r, (q, phases, draft, room) in enumerate(steps):
@@ -330,7 +332,7 @@ class Engine:
             lm.cache.rollback(kept - keep)
         t_end = now()
         self.counts["steps"] += 1
-        self.counts["slots"] += len(feeds) * logits.shape[1]
+        self.counts["slots"] += sum(map(len, feeds)) if lm.packs else len(feeds) * max(map(len, feeds))
         self.counts["used"] += sum(map(len, feeds))
         if self.step_cost is not None:
             self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for f in feeds))
@@ -343,7 +345,7 @@ class Engine:
                 s.token_times += [t_end - q.arrival_s] * (len(q.result.tokens) - len(s.token_times))
                 s.decode_s = s.token_times[-1] - s.token_times[0]
 
-    def _choose_ks(self, live: list[_Request], stalled: bool = False) -> list[int]:
+    def _choose_ks(self, live: list[_Request], stalled: bool = False, packed: bool = True) -> list[int]:
         """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best
         (:meth:`run` measures the model whenever a request is adaptive), or 0 on a ``stalled`` step (module
         docstring: the rows have just waited for a prefill)."""
@@ -351,8 +353,8 @@ class Engine:
             return [q.k_max for q in live]
         if stalled and not self.speculate_after_prefill:
             return [0 if q.adaptive else q.k_max for q in live]
-        best = self.step_cost.best_k([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live])
-        return [best if q.adaptive else q.k_max for q in live]
+        return self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
+                                      packed=packed)
 
     def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
         q.done = True
@@ -369,14 +371,15 @@ class Engine:
 
 
 class StepCost:
-    """What one engine step costs, and the K that maximizes the batch's expected tokens per second (SmartSpec,
-    arXiv 2406.14066, simplified to one K for every adaptive row: rows are padded to the longest anyway).
+    """What one engine step costs, and the K of each row that maximizes the batch's expected tokens per second
+    (SmartSpec, arXiv 2406.14066, with a K per row).
 
     ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
-    (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows, of which the
-    adaptive ones draft K tokens, costs ``t(n, max(K, fixed K) + 1) + d · drafted``, where d is ``draft_cost``
-    (seconds per drafted token), or by default the running draft time per drafted token of this engine's steps.
-    K = 0 (no speculation) is one of the choices.
+    (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows feeding N tokens
+    in all (1 + K each) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass over N tokens), or
+    ``t(n, max K + 1) + d · drafted`` when it pads them, where d is ``draft_cost`` (seconds per drafted token), or
+    by default the running draft time per drafted token of this engine's steps. K = 0 (no speculation) is one of
+    the choices (:meth:`best_ks`; :meth:`best_k`: one K for every row).
 
     A row drafting K adds ``1 + P_1 + … + P_K`` tokens, P_i the chance that its i-th draft token is accepted,
     estimated per position from the row's own steps (:meth:`acceptance`): how often its drafter proposed an i-th
@@ -480,24 +483,54 @@ class StepCost:
         octaves = [self.octave(i) for i in range(1, self.K_MAX + 1)]
         return fill[octaves] * np.cumprod(rate[octaves])
 
-    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
-        """The K of this step's adaptive rows. ``rows``: each live row's record, the K it was allowed at each step
-        so far, and its own fixed K (0: autoregressive) or None for an adaptive row."""
-        d = self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
+    def gains(self, rows: list[tuple[Stats, list[int], int | None]]) -> np.ndarray:
+        """``[rows, K_MAX + 1]``: the tokens each live row is expected to add at each K, ``1 + P_1 + … + P_K``.
+        ``rows``: each live row's record, the K it was allowed at each step so far, and its own fixed K (0:
+        autoregressive) or None for an adaptive row."""
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
-        gains = [np.concatenate([[1.0], 1.0 + np.cumsum(self.acceptance(c, pooled))]) for c in tallies]
-        fixed = [(g, k) for g, (_, _, k) in zip(gains, rows) if k is not None]
-        adaptive = [g for g, (_, _, k) in zip(gains, rows) if k is None]
-        base = sum(g[min(k, self.K_MAX)] for g, k in fixed)
-        fixed_T = max((k for _, k in fixed), default=0) + 1
+        return np.array([np.concatenate([[1.0], 1.0 + np.cumsum(self.acceptance(c, pooled))]) for c in tallies])
+
+    def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
+        """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
+        the step's expected tokens per second. ``packed``: the verify pass costs what its tokens cost
+        (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the longest
+        feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each price
+        λ of a drafted token (in tokens), each row's K maximizing its own ``gain(K) − λ K``, so a row whose draft is
+        nearly sure drafts long while its neighbours, whose next token is a coin toss, draft little or nothing."""
+        G = self.gains(rows)
+        n = len(rows)
+        fixed = np.array([k is not None for _, _, k in rows])
+        own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
+        steps = np.arange(self.K_MAX + 1)
+        choices = [np.where(fixed, own, K) for K in steps]
+        for lam in np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)]):
+            choices.append(np.where(fixed, own, np.argmax(G - lam * steps, axis=1)))
+        ks = np.array(choices)  # [choices, rows]
+        tokens = G[np.arange(n), ks].sum(axis=1)
+        drafted = ks.sum(axis=1)
+        T = (drafted + n) / n if packed else ks.max(axis=1) + 1
+        seconds = np.array([self.t(n, x) for x in T]) + self.draft_time() * drafted
+        return ks[int(np.argmax(tokens / seconds))].tolist()
+
+    def draft_time(self) -> float:
+        """Seconds per drafted token: ``draft_cost``, or the engine's running figure (0 before any draft)."""
+        return self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
+
+    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
+        """One K for every adaptive row (``rows`` as :meth:`gains`), every row paying the longest feed: the rule of
+        a padded pass, and of vLLM's one K per batch size."""
+        G = self.gains(rows)
+        fixed = [k for _, _, k in rows if k is not None]
+        base = sum(G[r, min(k, self.K_MAX)] for r, (_, _, k) in enumerate(rows) if k is not None)
+        adaptive = [r for r, (_, _, k) in enumerate(rows) if k is None]
+        fixed_T = max(fixed, default=0) + 1
         best, best_rate = 0, -1.0
         for K in range(self.K_MAX + 1):
-            tokens = base + sum(g[K] for g in adaptive)
-            drafted = K * len(adaptive) + sum(k for _, k in fixed)
-            rate = tokens / (self.t(len(rows), max(fixed_T, K + 1)) + d * drafted)
+            tokens = base + G[adaptive, K].sum()
+            rate = tokens / (self.t(len(rows), max(fixed_T, K + 1)) + self.draft_time() * (K * len(adaptive) + sum(fixed)))
             if rate > best_rate:
                 best, best_rate = K, rate
         return best

@@ -350,4 +350,5 @@ class NeighbourLogitsEngine(Engine):
     engine itself. Caught by greedy identity and by the engine's law test."""
 
     def _logits(self, logits, r, n):
-        return logits[(r + 1) % logits.shape[0], :n]
+        other = logits[(r + 1) % len(logits)][:n]  # as many as the neighbour has, then the row's own
+        return torch.cat([other, logits[r][len(other):n]])
