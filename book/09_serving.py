@@ -57,7 +57,8 @@ engine_share = 0.5             # their input-grounded share (0: the chat mix alo
 engine_loads = [0.15, 0.6, 1.2]  # arrival rates as fractions of autoregressive decoding's saturation throughput
 engine_max_batch = 8           # the engine's rows (vLLM's max_num_seqs)
 engine_max_new_tokens = 96     # per request
-engine_repeats = 1             # rounds of the load sweep (each draws new schedules, replayed for every policy)
+engine_repeats = 1             # rounds of the load sweep (each draws new schedules, replayed for every policy):
+                               # one number, or one per load (the loaded points decide more with more rounds)
 k_suffix = 32                  # the cap on a suffix step's length (chapter 11's)
 slo_ttft = 4.0                 # goodput's SLOs, as multiples of autoregressive decoding's median at the lowest load
 slo_tpot = 1.5
@@ -404,16 +405,24 @@ display(Markdown("\n".join(
 # (`specdec_core/serving/engine.py` maps each piece onto vLLM's scheduler). Every token is stamped with its time
 # since the request's *arrival*, so the time to first token includes the wait for a row.
 #
+# The verify pass is *packed*, as vLLM flattens its batch: the rows' feeds (each row's last token and its draft)
+# run back to back as one sequence, each token written at its own row of the cache and attending only that row.
+# The lockstep batches above pad every row to the longest feed, so one row drafting 16 tokens made seven rows of
+# one token cost 8 × 17 slots; packed, that step is a pass over 24 tokens. Packing is what lets each row have its
+# own K: a row whose draft is nearly sure can draft far while its neighbours draft little or nothing, and only the
+# drafted tokens are paid for. The step-cost model prices a packed step over n rows and N tokens as
+# t(n, N / n), the measured pass over n rows of N / n tokens each.
+#
 # Load is a fraction of autoregressive decoding's saturation throughput (every request waiting at t = 0); each load
 # draws one Poisson schedule (`sd.serving.arrivals`, vLLM's draws), replayed for every policy on the same requests: a
 # traffic mix of chat prompts and input-grounded ones (chapter 11's family; `engine_share` of them). The policies:
 # autoregressive; prompt lookup at chapter 6's K; the suffix drafter capped at `k_suffix` (no memory across
 # requests: every policy and round replays the same requests); *per class* (suffix for input-grounded requests,
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
-# `k="adaptive"`: each step the engine chooses the adaptive rows' K, 0 included, to maximize the batch's expected
-# tokens per second from a step-cost model t(rows, tokens) measured first and each row's running acceptance
-# at each draft position
-# (SmartSpec's goodput rule, `sd.serving.StepCost`), except on the step right after an admission: the rows
+# `k="adaptive"`: each step the engine chooses each adaptive row's own K, 0 included, to maximize the batch's
+# expected tokens per second from a step-cost model t(rows, tokens) measured first and each row's running
+# acceptance at each draft position
+# (SmartSpec's goodput rule with a K per row, `sd.serving.StepCost.best_ks`), except on the step right after an admission: the rows
 # decoding then have just waited for a prefill, so their gap is already the longest, and the adaptive rows do
 # not speculate there. The measures are vLLM's (`specdec_core/serving/metrics.py`):
 # TTFT, TPOT = (E2E − TTFT)/(tokens − 1), per-token ITL (a step's gap shared among its tokens), E2E, and goodput,
@@ -434,6 +443,7 @@ book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows
 
 policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
 saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)
+engine_rounds = engine_repeats if isinstance(engine_repeats, list) else [engine_repeats] * len(engine_loads)
 load_runs = ld.load_sweep(pair.target, mix, policies, engine_loads, saturation, engine_max_batch,
                           engine_max_new_tokens, repeats=engine_repeats, step_cost=step_cost, progress=book.progress)
 n_classes = pd.Series([c for c, _ in mix]).value_counts().to_dict()
@@ -446,8 +456,8 @@ print(f"{len(mix)} requests ({', '.join(f'{n} {c}' for c, n in n_classes.items()
 
 # %%
 engine_ties = ld.greedy_identity(pair.target, mix, load_runs, engine_max_new_tokens)
-identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × "
-                 f"{report.count(len(engine_loads), 'load')} × {report.count(engine_repeats, 'round')} × {len(mix)}) "
+identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × {len(mix)} requests × "
+                 f"{sum(engine_rounds)} rounds over {report.count(len(engine_loads), 'load')}) "
                  f"decoded the text of `generate` alone" + (f"; near-ties excused: {len(engine_ties)}" if engine_ties else ""))
 print(identity_line)
 
@@ -462,8 +472,9 @@ book.show(load_table.set_index(["policy", "load"])[["request_rate", "tokens_per_
                                                     "tpot_p50_ms", "itl_p99_ms", "e2e_p99_ms"]],
           f"Each policy (rows) at each load (a fraction of autoregressive saturation): finished requests/s, tokens/s, "
           f"goodput (requests/s with TTFT ≤ {1e3 * slo['ttft']:.0f} ms and TPOT ≤ {1e3 * slo['tpot']:.1f} ms), and "
-          f"latencies in ms (TTFT and E2E from each request's arrival); median over "
-          f"{report.count(engine_repeats, 'round')}.", prefill=True, digits=2)
+          f"latencies in ms (TTFT and E2E from each request's arrival); median over the rounds ("
+          + ", ".join(f"{report.count(n, 'round')} at {x:g}" for x, n in zip(engine_loads, engine_rounds)) + ").",
+          prefill=True, digits=2)
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 for ax, (col, label) in zip(axes, (("goodput", "goodput (requests/s within SLO)"), ("itl_p99_ms", "p99 per-token ITL (ms)"))):
@@ -521,6 +532,12 @@ engine_lines.append(
     f"({g.loc[('autoregressive', low), 'tpot_p50_ms'] / g.loc[('load-adaptive', low), 'tpot_p50_ms']:.2f}× better); "
     f"at load {high:g}, p99 per-token ITL {g.loc[('load-adaptive', high), 'itl_p99_ms']:.1f} ms against "
     f"{g.loc[('autoregressive', high), 'itl_p99_ms']:.1f} ms.")
+oracle = ld.best_per_request(load_runs, low)
+engine_lines.append(
+    f"- The most choosing among these policies could give at load {low:g}: each request's lowest TPOT over all "
+    f"{len(policies)} policies, median {1e3 * oracle.median():.1f} ms, "
+    f"{g.loc[('autoregressive', low), 'tpot_p50_ms'] / (1e3 * oracle.median()):.2f}× better than autoregressive "
+    f"decoding's median.")
 chat = class_table[(class_table.cls == "chat") & (class_table.load == low)].set_index("policy")
 if 1 in batch_sizes and {"autoregressive", "load-adaptive"} <= set(chat.index):
     # the chat requests of the mix at the lowest load (few rows overlap) beside chapter 6's question at B = 1: the
@@ -571,11 +588,12 @@ display(Markdown("\n".join(summary)))
 # 4. Streaming: from `streaming_latency.csv`, how many tokens does an n-gram chunk carry on average, and what
 #    per-chunk p50 would a server report for a draft with τ = 3 at the same step cost? Why is the per-token
 #    latency the number a reader feels?
-# 5. Padding: in a speculative step rows feed different numbers of tokens (a row whose drafter proposed fewer is
-#    padded to the longest), and the batch shrinks as rows finish. Decode one batch of B = 8 with
-#    `sd.generate_batch(..., method="linear", drafter=pair.drafters["ngram"], k=4)` and read `.stats["slot_use"]`,
-#    the fraction of the verify passes' token slots that carried a real token. How does it change with K and B, and
-#    how much would a verify pass over ragged rows (no padding, vLLM's flattened batch) save?
+# 5. Padding: in a speculative step rows feed different numbers of tokens. The eager engine packs them (every slot
+#    a real token); the CUDA-graph step modes pad each row to the longest, since a graph replays fixed shapes.
+#    Decode one batch of B = 8 with `sd.generate_batch(..., method="linear", drafter=pair.drafters["ngram"], k=4,
+#    graphs=True)` and read `.stats["slot_use"]`, the fraction of the verify passes' token slots that carried a real
+#    token. How does it change with K and B? Time the same batch with `graphs=False` (packed): what did padding cost
+#    on this machine, and why would it cost less on a GPU whose pass time stays flat over the padded tokens?
 # 6. Load-adaptive K: from `step_costs.csv` and the α of each class (`load_runs.csv`), compute by hand the K that
 #    `StepCost.best_k` would choose for 1, 4 and 8 live rows of grounded requests alone. Where does K fall to 0,
 #    and how does that compare with `k_by_batch_size.csv`? Rerun the sweep with `engine_share = 0` (chat alone):

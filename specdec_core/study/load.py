@@ -55,15 +55,22 @@ def load_sweep(target, requests, policies: dict, loads, rate_at_saturation: floa
                max_new_tokens: int, repeats: int = 1, burstiness: float = 1.0, seed: int = 0,
                step_cost=None, progress=None) -> pd.DataFrame:
     """One row per (round, load, policy, request). ``requests``: (class, ids) pairs; ``policies``: name → policy
-    (a function of the class); ``loads``: fractions of ``rate_at_saturation`` (requests per second). Each
-    (round, load) draws one arrival schedule (seed ``seed + 1000·round + index of the load``), replayed for every
-    policy in a rotating order. ``step_cost``: the engine's :class:`~specdec_core.serving.StepCost` for adaptive
-    requests (measured once and shared, so every adaptive run chooses from the same model)."""
+    (a function of the class); ``loads``: fractions of ``rate_at_saturation`` (requests per second); ``repeats``:
+    rounds, one number or one per load (the loaded points, where the policies differ, can take more rounds than
+    the light ones, whose time the arrivals set). Each (round, load) draws one arrival schedule (seed
+    ``seed + 1000·round + index of the load``), replayed for every policy in a rotating order. ``step_cost``: the
+    engine's :class:`~specdec_core.serving.StepCost` for adaptive requests (measured once and shared, so every
+    adaptive run chooses from the same model)."""
     names = list(policies)
+    rounds = list(repeats) if isinstance(repeats, (list, tuple)) else [repeats] * len(loads)
+    if len(rounds) != len(loads) or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rounds):
+        raise ValueError(f"repeats must be an integer >= 1 or one per load ({len(loads)}), got {repeats!r}")
     rows = []
-    bar = progress(total=repeats * len(loads) * len(names), desc="load sweep") if progress else None
-    for rnd in range(repeats):
+    bar = progress(total=sum(rounds) * len(names), desc="load sweep") if progress else None
+    for rnd in range(max(rounds)):
         for li, load in enumerate(loads):
+            if rnd >= rounds[li]:
+                continue
             rate = load * rate_at_saturation
             times = arrivals(len(requests), rate, burstiness, seed=seed + 1000 * rnd + li)
             shift = (rnd * len(loads) + li) % len(names)
@@ -103,6 +110,13 @@ def summary(runs: pd.DataFrame, slo: dict, by=("policy", "load")) -> pd.DataFram
         out.append(row)
     df = pd.DataFrame(out)
     return df.groupby(list(by), sort=False).median(numeric_only=True).drop(columns="round").reset_index()
+
+
+def best_per_request(runs: pd.DataFrame, load: float, measure: str = "tpot") -> pd.Series:
+    """At ``load``, each (round, request)'s lowest ``measure`` over every policy: what a chooser that knew, for each
+    request, which of these policies serves it best would get (a bound on choosing among them, per request)."""
+    at = runs[(runs.load == load) & runs.error.isna()]
+    return at.groupby(["round", "request"])[measure].min()
 
 
 def traffic_policies(ngram, suffix, k_ngram: int, k_suffix: int) -> dict:
