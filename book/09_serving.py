@@ -550,7 +550,7 @@ if 1 in batch_sizes and {"autoregressive", "load-adaptive"} <= set(chat.index):
     engine_lines.append(
         f"- Chat requests at load {low:g} (mean live rows {rows_seen:.1f}): load-adaptive median TPOT "
         f"{chat_ratio:.2f}× better than autoregressive; the best single method at B = 1 above ({best_name}, decode "
-        f"loop alone) {best_b1:.2f}×, so load-adaptive keeps {chat_ratio / best_b1:.2f} of it.")
+        f"loop alone) {best_b1:.2f}×, so load-adaptive keeps {chat_ratio / best_b1:.3f} of it.")
 for p in [p for p in policies if p not in ("autoregressive", "load-adaptive")]:
     x = ld.crossover(load_table, p)
     engine_lines.append(f"- {p}: goodput below autoregressive decoding's "

@@ -226,13 +226,6 @@ class _Packing:
             PACKED_ATTENTION.reset(token)
 
 
-def packable(model) -> bool:
-    """Whether ``model``'s attention can take a packed pass: every config on one of the library's attention
-    functions (:func:`~specdec_core.kernels.gqa_sdpa`, which :class:`BatchLM` sets for ``sdpa``, or the rows
-    kernel's)."""
-    return all(cfg._attn_implementation in (GQA_SDPA, ROWS_ATTENTION) for cfg in _configs(model))
-
-
 class BatchLM:
     """A model bound to a :class:`BatchKVCache`; rows hold token lists of different lengths."""
 
@@ -248,7 +241,19 @@ class BatchLM:
         self.cache = BatchKVCache(model.config, batch, capacity, p.dtype, p.device)
         self._inputs: dict[tuple, StepInputs] = {}
         self._slab = self.cache.layers[0].keys  # the slab captured steps write (select_rows gathers new ones)
-        self.packs = step_mode == "eager" and packable(model)  # verify packs ragged rows (:meth:`verify`)
+        self._configs = _configs(model)
+        self.pack = step_mode == "eager"  # whether verify packs ragged rows, where the attention can (:attr:`packs`)
+
+    @property
+    def packs(self) -> bool:
+        """Whether :meth:`verify` packs ragged rows: eager passes (:attr:`pack`) through one of the library's
+        attention functions, which can take a packed call (:func:`~specdec_core.kernels.gqa_sdpa`, which binding
+        sets for ``sdpa``, or the rows kernel's; read at each pass, since installing the kernel switches them)."""
+        return self.pack and all(c._attn_implementation in (GQA_SDPA, ROWS_ATTENTION) for c in self._configs)
+
+    @packs.setter
+    def packs(self, value: bool) -> None:
+        self.pack = bool(value)
 
     @torch.inference_mode()
     def _pass(self, ids: torch.Tensor, logits_to_keep: int = 0, **model_kwargs) -> torch.Tensor:
