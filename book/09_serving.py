@@ -15,7 +15,7 @@
 # so that one pass over the weights serves every row: on hardware where a pass over a few tokens costs
 # about as much as a pass over one, a batch of B rows yields B tokens for the price of one. Speculative
 # decoding lives off the same spare capacity: it verifies K + 1 tokens in one pass. In a batch the two
-# compete. A speculative step over B rows is a pass over B·(K + 1) tokens, and once that pass is no longer
+# compete. A speculative step over B rows is a pass over up to B·(K + 1) tokens, and once that pass is no longer
 # nearly free the extra tokens cost more than the accepted drafts save. Somewhere in B speculation stops
 # paying, if it paid at B = 1. This chapter measures whether and where, predicts it from pass costs alone,
 # checks the prediction, and reads the trend of speculation's ratio over B whichever way it goes: on a machine
@@ -187,18 +187,21 @@ display(Markdown("\n".join(f"- {name}: {report.ratio_phrase(paired(*c))}; decode
 # Measured: the speedup of each speculative method over autoregressive decoding *at the same B*, paired by
 # repeat. Predicted: from single-sequence pass costs alone. Autoregressive decoding spends one pass over B
 # tokens, t(B), per B tokens. A speculative step spends K draft passes over B tokens, t_d(B) (nothing for
-# prompt lookup), and one verify pass over B·(K + 1) tokens, and yields τ(B) tokens per row, τ(B) taken from
+# prompt lookup), and one verify pass over B·f(B) tokens, and yields τ(B) tokens per row. f(B) ≤ K + 1 is a row's
+# mean feed, its last token and the draft its drafter found: the batch packs the rows' feeds into one sequence
+# (the engine's packed pass, in the section on continuous batching), so a row whose prompt lookup found nothing
+# adds one token, not K + 1; a model draft always drafts K. f(B) and τ(B) are taken from
 # the runs above at that B (a row decodes exactly as its prompt would alone, so B changes τ only through which
 # prompts its batches hold: B = 1 decodes the first prompt, larger batches the first B, cycling):
 #
-# $$\text{speedup}(B) = \frac{\tau(B) \, t(B)}{K\, t_d(B) + t\big(B (K+1)\big)}
-#   = \frac{\tau(B)}{v(B) + d(B)}, \qquad v(B) = \frac{t\big(B(K+1)\big)}{t(B)}, \quad d(B) = \frac{K\, t_d(B)}{t(B)}$$
+# $$\text{speedup}(B) = \frac{\tau(B) \, t(B)}{K\, t_d(B) + t\big(B f(B)\big)}
+#   = \frac{\tau(B)}{v(B) + d(B)}, \qquad v(B) = \frac{t\big(B f(B)\big)}{t(B)}, \quad d(B) = \frac{K\, t_d(B)}{t(B)}$$
 #
 # The second form counts the step's cost in autoregressive steps *at the same B*: v(B) is the verify ratio, d(B)
 # the draft's share (0 for prompt lookup). It says what moves the speedup along B: τ(B), and v(B) + d(B). While
 # t(T) is flat (a pass over a few tokens costs about what a pass over one does), v(B) stays near 1 and speculation
-# keeps what it had at B = 1; once B·(K + 1) tokens are past the knee of chapter 1 and B tokens are not, v(B)
-# grows toward K + 1 and the speedup falls. A fixed cost per pass that does not grow with its tokens (Python
+# keeps what it had at B = 1; once B·f(B) tokens are past the knee of chapter 1 and B tokens are not, v(B)
+# grows toward f(B) and the speedup falls. A fixed cost per pass that does not grow with its tokens (Python
 # dispatch, small kernels) works the other way: it weighs less in a large pass, so v(B) and d(B) can also
 # shrink as B grows. Which of the two happens is a property of the machine and the pair; the table gives τ(B),
 # v(B), d(B) and the autoregressive decoder's cost per token t(B)/B as this run measured them.
@@ -211,18 +214,20 @@ for name, k in K.items():
     drafted = "model" in name
     for B in batch_sizes:
         r = paired(name, "autoregressive", B, B)
-        tau = float(runs[(runs.method == name) & (runs.B == B)].tau.mean())
-        rows.append(dict(method=name, B=B, K=k, tau=tau, measured=r.median(), q25=r.quantile(0.25),
+        at = runs[(runs.method == name) & (runs.B == B)]
+        tau, fed = float(at.tau.mean()), float(at.fed.mean())
+        rows.append(dict(method=name, B=B, K=k, tau=tau, fed=fed, measured=r.median(), q25=r.quantile(0.25),
                          q75=r.quantile(0.75), n=r.size,
-                         verify_ratio=float(t_target[B * (k + 1)] / t_target[B]),
+                         verify_ratio=sv.pass_time(cost, B * fed) / float(t_target[B]),
                          draft_share=float(k * t_draft[B] / t_target[B]) if drafted else 0.0,
                          ar_ms_per_token=float(t_target[B] / B * 1e3),
-                         predicted=sv.predict_speedup(cost, B, k, tau, drafted=drafted)))
+                         predicted=sv.predict_speedup(cost, B, k, tau, drafted=drafted, fed=fed)))
 speed = pd.DataFrame(rows)
 ch.save(speed, "speedup_vs_batch")
 book.show(speed, "Speculation ÷ autoregressive decoding at the same B. measured: tokens/s of the whole call, "
           "paired by repeat, median and IQR (q25–q75) over n pairs; tau: tokens per row and target pass at that B; "
-          "verify_ratio = t(B(K+1))/t(B), draft_share = K·t_d(B)/t(B) and ar_ms_per_token = t(B)/B come from "
+          "fed: tokens per row and verify pass (1 + its mean draft); verify_ratio = t(B·fed)/t(B) (between measured T, "
+          "linear), draft_share = K·t_d(B)/t(B) and ar_ms_per_token = t(B)/B come from "
           "single-sequence pass costs (no prefill in them); predicted = tau ÷ (verify_ratio + draft_share).",
           prefill=True)
 
@@ -405,10 +410,10 @@ display(Markdown("\n".join(
 # (`specdec_core/serving/engine.py` maps each piece onto vLLM's scheduler). Every token is stamped with its time
 # since the request's *arrival*, so the time to first token includes the wait for a row.
 #
-# The verify pass is *packed*, as vLLM flattens its batch: the rows' feeds (each row's last token and its draft)
-# run back to back as one sequence, each token written at its own row of the cache and attending only that row.
-# The lockstep batches above pad every row to the longest feed, so one row drafting 16 tokens made seven rows of
-# one token cost 8 × 17 slots; packed, that step is a pass over 24 tokens. Packing is what lets each row have its
+# The verify pass is *packed*, as vLLM flattens its batch (the lockstep batches above ran on the same engine): the
+# rows' feeds (each row's last token and its draft) run back to back as one sequence, each token written at its own
+# row of the cache and attending only that row. Padded to the longest feed, one row drafting 16 tokens would make
+# seven rows of one token cost 8 × 17 slots; packed, that step is a pass over 24 tokens. Packing is what lets each row have its
 # own K: a row whose draft is nearly sure can draft far while its neighbours draft little or nothing, and only the
 # drafted tokens are paid for. The step-cost model prices a packed step over n rows and N tokens as
 # t(n, N / n), the measured pass over n rows of N / n tokens each.

@@ -41,6 +41,8 @@ def test_serving_prediction_and_latencies():
     # tau 1.5, K = 4: B = 1 -> 1.5 * 1 / (4 * 0.1 + 1.5); B = 2 -> 1.5 * 1 / (0.4 + 3.0)
     assert serving.predict_speedup(cost, 1, 4, 1.5, drafted=True) == pytest.approx(1.5 / 1.9)
     assert serving.predict_speedup(cost, 2, 4, 1.5, drafted=False) == pytest.approx(0.5)
+    # rows feeding 3 tokens on average (prompt lookup found 2): a packed pass over 6 tokens, 1.5 + (3.0 - 1.5) / 5
+    assert serving.predict_speedup(cost, 2, 4, 1.5, drafted=False, fed=3) == pytest.approx(1.5 / 1.8)
     assert serving.crossover([1, 2, 4], [1.2, 0.9, 0.8]) == 2 and serving.crossover([1, 2], [1.1, 1.2]) is None
     lat = serving.chunk_latencies([0.1, 0.2, 0.5, 0.5, 0.5])  # TTFT 100 ms, then a 1-token and a 3-token chunk
     assert lat["ttft_ms"] == pytest.approx(100) and lat["chunks"] == 3 and lat["tokens"] == 5

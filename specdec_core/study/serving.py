@@ -5,7 +5,9 @@ speculation stops paying, and the latency a streaming reader sees.
   repeated: total tokens/s of the batch, per-request latency (when each row's last token was known), τ.
 - :func:`predict_speedup`: speculation against autoregressive decoding at batch B from single-sequence pass
   costs t(T): autoregressive decoding spends t(B) per B tokens; a speculative step spends K draft passes
-  t_d(B) and one verify pass t(B·(K+1)) per B·τ tokens, τ = tokens per row and target pass.
+  t_d(B) and one verify pass over the tokens the rows feed, t(B·f) (f: a row's mean feed, its last token and the
+  draft its drafter found, at most K + 1; the engine packs the rows, so it pays for these alone) per B·τ tokens,
+  τ = tokens per row and target pass.
 - :func:`rank_trend`: the direction of a measure in B (Spearman's ρ) with a permutation p-value, exact when the
   arrangements can be counted.
 - :func:`chunk_latencies`: inter-token latency per token (a step's gap shared by the tokens it revealed) and
@@ -73,7 +75,9 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
         return dict(method=name, B=B, tokens=n, seconds=wall, tokens_per_s=n / wall, prefill_s=first,
                     decode_tokens_per_s=(n - len(res)) / decode_s if decode_s > 0 else float("nan"),
                     latency_s=float(np.median([r.stats.token_times[-1] for r in res])),
-                    tau=float(np.mean([r.stats.tau for r in res])), outputs=[r.tokens for r in res])
+                    tau=float(np.mean([r.stats.tau for r in res])),
+                    fed=float(np.mean([1 + np.mean(r.stats.drafted) if r.stats.drafted else 1.0 for r in res])),
+                    outputs=[r.tokens for r in res])
 
     plan = [(name, B) for B in batch_sizes for name in methods if not (methods[name].get("single") and B != 1)
             and not (methods[name].get("one_at_a_time") and B not in methods[name].get("at", batch_sizes))]
@@ -101,13 +105,19 @@ def pass_cost_curve(target, token_counts, context: int, repeats: int = 5, draft=
     return pd.DataFrame([dict(who=n[0], T=n[1], seconds=med) for n, med in zip(s["name"], s["median"])])
 
 
-def predict_speedup(cost: pd.DataFrame, B: int, k: int, tau: float, drafted: bool) -> float:
+def pass_time(cost: pd.DataFrame, T: float, who: str = "target") -> float:
+    """Seconds of one pass over T tokens from :func:`pass_cost_curve` (linear between the measured T)."""
+    c = cost[cost.who == who].sort_values("T")
+    return float(np.interp(T, c["T"], c["seconds"]))
+
+
+def predict_speedup(cost: pd.DataFrame, B: int, k: int, tau: float, drafted: bool, fed: float | None = None) -> float:
     """Speculation ÷ autoregressive decoding at batch B (see the module docstring), from :func:`pass_cost_curve`;
-    ``drafted``: the draft costs K passes t_d(B) (a model draft) or nothing (prompt lookup)."""
-    t = cost[cost.who == "target"].set_index("T")["seconds"]
-    draft = cost[cost.who == "draft"].set_index("T")["seconds"]
-    step = t[B * (k + 1)] + (k * draft[B] if drafted else 0.0)
-    return tau * t[B] / step
+    ``drafted``: the draft costs K passes t_d(B) (a model draft) or nothing (prompt lookup); ``fed``: the tokens a
+    row feeds a verify pass on average (default K + 1: every row drafts K), so the packed pass is over B·fed."""
+    fed = k + 1 if fed is None else fed
+    step = pass_time(cost, B * fed) + (k * pass_time(cost, B, "draft") if drafted else 0.0)
+    return tau * pass_time(cost, B) / step
 
 
 def crossover(batch_sizes, speedups) -> int | None:
