@@ -261,10 +261,16 @@ def engine_lines(ref: Path) -> list[str]:
         x = sweep.crossover(t, p)
         cross.append(f"{p} from load {x:g}" if x is not None else f"{p} at no load")
     return ["**Continuous batching** (chapter 9: `sd.serving.Engine` serving a traffic mix of chat and input-grounded "
-            f"requests, Poisson arrivals at fractions of autoregressive saturation, {int(v.requests.max())} requests "
+            f"requests, Poisson arrivals at fractions of autoregressive saturation, {_span(v.requests)} requests "
             "per policy and load; 90 % paired bootstrap intervals): load-adaptive K's goodput (requests/s within the "
             "chapter's SLOs) " + "; ".join(parts) + ". Goodput below autoregressive decoding's: " + "; ".join(cross)
             + "."]
+
+
+def _span(counts) -> str:
+    """``24`` or ``24–72``: the fewest and most of ``counts``."""
+    lo, hi = int(min(counts)), int(max(counts))
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
 def grounded_lines(ref: Path) -> list[str]:
