@@ -427,22 +427,14 @@ class StepCost:
                 out[(B, T)] = times[len(times) // 2]
         return cls(out)
 
-    def t(self, rows: int, tokens: int) -> float:
-        """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (bilinear between the measured ones, the
-        nearest measured ones outside their range, and proportional to the rows beyond the largest)."""
-        def bracket(xs, x):
-            x = min(max(x, xs[0]), xs[-1])
-            hi = next(i for i, v in enumerate(xs) if v >= x)
-            lo = max(hi - 1, 0)
-            w = 0.0 if xs[hi] == xs[lo] else (x - xs[lo]) / (xs[hi] - xs[lo])
-            return xs[lo], xs[hi], w
+    def t(self, rows: int, tokens):
+        """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (one count or an array of them): bilinear
+        between the measured ones, the nearest measured ones outside their range, and proportional to the rows
+        beyond the largest."""
         scale = rows / self.rows[-1] if rows > self.rows[-1] else 1.0
-        b0, b1, wb = bracket(self.rows, rows)
-        t0, t1, wt = bracket(self.tokens, tokens)
-        v = lambda b, t: self.verify[(b, t)]  # noqa: E731
-        at_b0 = (1 - wt) * v(b0, t0) + wt * v(b0, t1)
-        at_b1 = (1 - wt) * v(b1, t0) + wt * v(b1, t1)
-        return scale * ((1 - wb) * at_b0 + wb * at_b1)
+        curve = [np.interp(rows, self.rows, [self.verify[(b, t)] for b in self.rows]) for t in self.tokens]
+        out = scale * np.interp(tokens, self.tokens, curve)
+        return float(out) if np.ndim(out) == 0 else out
 
     def observe_draft(self, seconds: float, drafted: int) -> None:
         self.draft_s += seconds
@@ -500,37 +492,32 @@ class StepCost:
         feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each price
         λ of a drafted token (in tokens), each row's K maximizing its own ``gain(K) − λ K``, so a row whose draft is
         nearly sure drafts long while its neighbours, whose next token is a coin toss, draft little or nothing."""
+        return self._best(rows, packed, per_row=True).tolist()
+
+    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
+        """One K for every adaptive row (``rows`` as :meth:`gains`), every row paying the longest feed: the rule of
+        a padded pass, and of vLLM's one K per batch size (0 when no row is adaptive)."""
+        ks = self._best(rows, packed=False, per_row=False)
+        return next((int(k) for k, (_, _, fixed) in zip(ks, rows) if fixed is None), 0)
+
+    def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
+        """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
+        choices."""
         G = self.gains(rows)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
         steps = np.arange(self.K_MAX + 1)
         choices = [np.where(fixed, own, K) for K in steps]
-        for lam in np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)]):
+        for lam in (np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)]) if per_row else []):
             choices.append(np.where(fixed, own, np.argmax(G - lam * steps, axis=1)))
         ks = np.array(choices)  # [choices, rows]
         tokens = G[np.arange(n), ks].sum(axis=1)
         drafted = ks.sum(axis=1)
         T = (drafted + n) / n if packed else ks.max(axis=1) + 1
-        seconds = np.array([self.t(n, x) for x in T]) + self.draft_time() * drafted
-        return ks[int(np.argmax(tokens / seconds))].tolist()
+        seconds = self.t(n, T) + self.draft_time() * drafted
+        return ks[int(np.argmax(tokens / seconds))]
 
     def draft_time(self) -> float:
         """Seconds per drafted token: ``draft_cost``, or the engine's running figure (0 before any draft)."""
         return self.draft_cost if self.draft_cost is not None else self.draft_s / self.drafted if self.drafted else 0.0
-
-    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
-        """One K for every adaptive row (``rows`` as :meth:`gains`), every row paying the longest feed: the rule of
-        a padded pass, and of vLLM's one K per batch size."""
-        G = self.gains(rows)
-        fixed = [k for _, _, k in rows if k is not None]
-        base = sum(G[r, min(k, self.K_MAX)] for r, (_, _, k) in enumerate(rows) if k is not None)
-        adaptive = [r for r, (_, _, k) in enumerate(rows) if k is None]
-        fixed_T = max(fixed, default=0) + 1
-        best, best_rate = 0, -1.0
-        for K in range(self.K_MAX + 1):
-            tokens = base + G[adaptive, K].sum()
-            rate = tokens / (self.t(len(rows), max(fixed_T, K + 1)) + self.draft_time() * (K * len(adaptive) + sum(fixed)))
-            if rate > best_rate:
-                best, best_rate = K, rate
-        return best
