@@ -424,12 +424,16 @@ display(Markdown("\n".join(
 # autoregressive; prompt lookup at chapter 6's K; the suffix drafter capped at `k_suffix` (no memory across
 # requests: every policy and round replays the same requests); *per class* (suffix for input-grounded requests,
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
-# `k="adaptive"`: each step the engine chooses each adaptive row's own K, 0 included, to maximize the batch's
-# expected tokens per second from a step-cost model t(rows, tokens) measured first and each row's running
-# acceptance at each draft position
-# (SmartSpec's goodput rule with a K per row, `sd.serving.StepCost.best_ks`), except on the step right after an admission: the rows
-# decoding then have just waited for a prefill, so their gap is already the longest, and the adaptive rows do
-# not speculate there. The measures are vLLM's (`specdec_core/serving/metrics.py`):
+# `k="adaptive"`: each step the engine chooses each adaptive row's own K, 0 included, from a step-cost model
+# t(rows, tokens) measured first, each row's running acceptance at each draft position, and the drafters' running
+# time per drafted token (SmartSpec's rule with a K per row, `sd.serving.StepCost.best_ks`). What it maximizes is
+# not the batch's tokens per second, SmartSpec's objective, but the product of the rows' expected rates: the lowest
+# geometric mean of the rows' times per token. Goodput counts requests, each once, whether its TPOT meets the SLO;
+# tokens per second count a row that adds 17 tokens 17 times, and buy its span with a longer step that every row
+# waits for. So a row drafts only while its own relative gain outweighs the relative delay of all the rows sharing
+# the step (`StepCost(objective="throughput")` is SmartSpec's rule; with one row the two are the same). The
+# adaptive rows do not speculate on the step right after an admission: the rows decoding then have just waited for
+# a prefill, so their gap is already the longest. The measures are vLLM's (`specdec_core/serving/metrics.py`):
 # TTFT, TPOT = (E2E − TTFT)/(tokens − 1), per-token ITL (a step's gap shared among its tokens), E2E, and goodput,
 # the requests per second that met every SLO.
 

@@ -89,7 +89,7 @@ LAW_TOKENS = 4
 
 # passes that cost more per row and token as the batch grows, and a draft token a tenth of a one-row pass: the K
 # chosen then depends on each row's acceptance and on the live rows, not on the machine's timings
-COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17)}
+COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17, 33)}
 
 
 def _row(accepted, drafted, steps=10, allowed=None):
@@ -158,6 +158,30 @@ def test_adaptive_rows_do_not_speculate_on_the_step_after_a_prefill(toy):
     one_by_one = ks(1)  # each admitted into an empty batch: nothing waited
     assert all(k[0] > 0 for k in one_by_one), one_by_one
     assert ks(2, speculate_after_prefill=True)[0][0] > 0
+
+
+def test_the_price_of_a_drafted_token_counts_only_the_steps_that_drafted(toy):
+    """The running draft price (seconds per drafted token) is read from the steps that asked a row to draft. A step
+    where every row takes K = 0 adds no token; had it added its time (choosing K, the step's bookkeeping), the price
+    would only rise while no row drafts, and a cost model that once chose K = 0 everywhere would never speculate
+    again. Rows held at K = 0 for 10 steps, then free to choose: nothing is priced while they are held (the mutant
+    that observes every step prices the first 10), and they speculate afterwards."""
+    class HeldFirst(StepCost):
+        def best_ks(self, rows, packed=True):
+            self.calls = getattr(self, "calls", 0) + 1
+            return [0] * len(rows) if self.calls <= 10 else super().best_ks(rows, packed)
+
+    cost = HeldFirst(COSTS)
+    e = Engine(toy.target, max_batch=2, step_cost=cost)
+    e.speculate_after_prefill = True
+    priced = []
+    observe = cost.observe_draft
+    cost.observe_draft = lambda s, d: (priced.append((cost.calls, d)), observe(s, d))
+    for prompt in ([1, 2, 3], [4, 5]):
+        e.submit(prompt, method="linear", drafter=toy.drafters["model"], k="adaptive", max_new_tokens=30)
+    res = e.run()
+    assert priced and min(c for c, _ in priced) > 10 and all(d > 0 for _, d in priced), priced[:3]
+    assert all(max(r.ks[10:]) > 0 for r in res) and all(max(r.ks[:10]) == 0 for r in res)
 
 
 def _engine_samples(toy, n_requests, engine=Engine):
@@ -392,8 +416,9 @@ def test_each_row_gets_its_own_k_when_the_pass_packs():
     token is always rejected: with a packed pass (each drafted token costs what it adds to the pass) the sure row
     drafts its span and the others nothing. One K for every row (``best_k``, the padded pass's rule and the mutant
     here) either makes the three pay for drafts that are rejected or the sure row give up its span; the per-row
-    choice's expected rate is the higher."""
-    cost = StepCost(COSTS, draft_cost=0.01)
+    choice's expected rate is the higher (tokens per second: the throughput objective; the default one is tested
+    below)."""
+    cost = StepCost(COSTS, draft_cost=0.01, objective="throughput")
     sure, doubtful = _row(16, 16, allowed=16), _row(0, 4, allowed=4)
     rows = [sure] + [doubtful] * 3
     ks = cost.best_ks(rows)
@@ -408,3 +433,35 @@ def test_each_row_gets_its_own_k_when_the_pass_packs():
     assert rate(ks) > 1.2 * rate([one] * 4), (ks, one)
     padded = cost.best_ks(rows, packed=False)  # every row pays the longest feed: the doubtful rows' drafts are free
     assert rate(padded, packed=False) >= rate([one] * 4, packed=False) - 1e-12
+
+
+def test_the_latency_objective_keeps_the_rows_that_do_not_draft_from_paying_for_the_one_that_does():
+    """Tokens per second count a row's 17 tokens 17 times; a request's TPOT counts once. Beside three rows whose
+    first draft token is always rejected, the sure row's longest span buys the most tokens per second but makes every
+    step, so every other row's tokens, slower: the default objective ("latency", the rows' geometric-mean time per
+    token) drafts it shorter, and its choice has the lower mean time per token, the throughput one the higher tokens
+    per second (the mutant: a latency rule that scores tokens per second chooses the throughput K and is caught by
+    the strict inequality). With one row the two objectives are the same rule."""
+    latency, throughput = StepCost(COSTS, draft_cost=0.01), StepCost(COSTS, draft_cost=0.01, objective="throughput")
+    assert latency.objective == "latency"
+    sure, doubtful = _row(16, 16, allowed=16), _row(0, 4, allowed=4)
+    rows = [sure] + [doubtful] * 3
+    lat, thr = latency.best_ks(rows), throughput.best_ks(rows)
+    G = latency.gains(rows)
+
+    def seconds(ks):
+        n, drafted = len(ks), sum(ks)
+        return latency.t(n, (drafted + n) / n) + 0.01 * drafted
+
+    def mean_time_per_token(ks):  # the rows' geometric mean
+        return float(np.exp(np.mean([np.log(seconds(ks) / G[r, k]) for r, k in enumerate(ks)])))
+
+    def tokens_per_s(ks):
+        return sum(G[r, k] for r, k in enumerate(ks)) / seconds(ks)
+    assert lat[1:] == thr[1:] == [0, 0, 0] and 0 < lat[0] < thr[0], (lat, thr)
+    assert mean_time_per_token(lat) < mean_time_per_token(thr) and tokens_per_s(thr) > tokens_per_s(lat)
+    for a in (0, 4, 12, 16):
+        one = [_row(a, 16, allowed=16)]
+        assert latency.best_ks(one) == throughput.best_ks(one), a
+    with pytest.raises(ValueError, match="objective"):
+        StepCost(COSTS, objective="goodput")

@@ -26,7 +26,8 @@ scheduling:
 - **Speculation per request and by load.** vLLM applies one speculative method and one ``num_speculative_tokens``
   to the whole batch (its batch-size table, ``num_speculative_tokens_per_batch_size``, by batch size); here each
   request carries its own, and ``k="adaptive"`` lets the engine choose each row's own K each step, 0 included,
-  from a step-cost model and the rows' running acceptance (:class:`StepCost`, SmartSpec's goodput rule, per row). The step right
+  from a step-cost model and the rows' running acceptance (:class:`StepCost`: SmartSpec's rule, per row, weighing
+  each request's time per token rather than the batch's tokens per second). The step right
   after an admission does not speculate for adaptive rows: the decoding rows have already waited a prefill for
   it, their longest inter-token gaps are those steps, and a draft and a longer verify pass would add to exactly
   those (vLLM's chunked prefill bounds the same tail by spreading the prefill over steps instead).
@@ -273,11 +274,12 @@ class Engine:
     def _step(self, live: list[_Request], lm: BatchLM, now, groups: dict, stalled: bool = False) -> None:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
         verify pass, accept, commit. ``stalled``: decoding rows waited for a prefill just before this step."""
-        t_draft = now()
+        t_choose = now()
         ks = self._choose_ks(live, stalled, lm.packs)
         if self.cache_len is not None:  # the pass writes max(lengths) + its longest feed: cut K to what is left
             room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
             ks = [min(k, room_left) for k in ks]
+        t_draft = now()
         steps = []  # [request, phases, draft, room]
         asks: dict[int, dict] = {}  # batched drafts: group → row → (context, k, params, generator)
         for r, q in enumerate(live):
@@ -334,11 +336,14 @@ class Engine:
         self.counts["steps"] += 1
         self.counts["slots"] += sum(map(len, feeds)) if lm.packs else len(feeds) * max(map(len, feeds))
         self.counts["used"] += sum(map(len, feeds))
-        if self.step_cost is not None:
+        if self.step_cost is not None and any(q.result.ks[-1] for q, *_ in steps):
+            # the drafters' time per drafted token, over the steps that asked for a draft: choosing K is not
+            # drafting, and a step where no row drafts would raise the price of a token without adding one (after
+            # which no row would draft again)
             self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for f in feeds))
         for q, phases, *_ in steps:
             s = q.result.stats
-            s.draft_s += t_verify - t_draft
+            s.draft_s += t_verify - t_choose
             s.verify_s += t_accept - t_verify
             s.accept_s += t_end - t_accept
             if phases is not None:
@@ -371,8 +376,16 @@ class Engine:
 
 
 class StepCost:
-    """What one engine step costs, and the K of each row that maximizes the batch's expected tokens per second
-    (SmartSpec, arXiv 2406.14066, with a K per row).
+    """What one engine step costs, and the K of each row that serves the live rows best (SmartSpec, arXiv
+    2406.14066, with a K per row).
+
+    ``objective``: what a step's choice maximizes. ``"throughput"`` (SmartSpec's): the batch's expected tokens per
+    second, Σ_r tokens_r / seconds. ``"latency"`` (the default): the rows' expected rates multiplied together,
+    Σ_r log(tokens_r / seconds), that is the lowest geometric mean of the rows' times per token. Tokens per second
+    count a row that adds 17 tokens 17 times, so they buy its span with a longer step that every other row waits
+    for; a request's TPOT, and whether it meets an SLO, counts once, whatever its drafter. Under the latency
+    objective a row drafts only while its own relative gain outweighs the relative delay of the n rows sharing the
+    step (proportional fairness). With one row, or rows alike, the two are the same rule.
 
     ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
     (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows feeding N tokens
@@ -395,9 +408,14 @@ class StepCost:
     ROWS = (1, 2, 4, 8, 16, 32)
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
 
-    def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None):
+    OBJECTIVES = ("latency", "throughput")
+
+    def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None,
+                 objective: str = "latency"):
         if not verify:
             raise ValueError("StepCost needs at least one measured (rows, tokens) pass time")
+        if objective not in self.OBJECTIVES:
+            raise ValueError(f"objective must be one of {self.OBJECTIVES}, got {objective!r}")
         if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and 0 <= draft_cost < math.inf):
             raise ValueError(f"draft_cost must be seconds per drafted token >= 0, or None (measured), "
                              f"got {draft_cost!r}")
@@ -405,11 +423,13 @@ class StepCost:
         self.rows = sorted({b for b, _ in verify})
         self.tokens = sorted({t for _, t in verify})
         self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
+        self.objective = objective  # what a step's choice maximizes (class docstring)
         self.draft_s, self.drafted = 0.0, 0
         self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] of the live rows (counts)
 
     @classmethod
-    def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3) -> StepCost:
+    def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3,
+                objective: str = "latency") -> StepCost:
         """Median seconds of a pass over B rows of T tokens after ``context`` committed ones, for B up to
         ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS` (one warm-up pass per shape)."""
         rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
@@ -425,7 +445,7 @@ class StepCost:
                 lm.forward(ids)
                 times = sorted(timer.time(lm.forward, ids)[1] for _ in range(repeats))
                 out[(B, T)] = times[len(times) // 2]
-        return cls(out)
+        return cls(out, objective=objective)
 
     def t(self, rows: int, tokens):
         """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (one count or an array of them): bilinear
@@ -487,11 +507,12 @@ class StepCost:
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
-        the step's expected tokens per second. ``packed``: the verify pass costs what its tokens cost
+        the :attr:`objective` (class docstring). ``packed``: the verify pass costs what its tokens cost
         (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the longest
         feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each price
-        λ of a drafted token (in tokens), each row's K maximizing its own ``gain(K) − λ K``, so a row whose draft is
-        nearly sure drafts long while its neighbours, whose next token is a coin toss, draft little or nothing."""
+        λ of a drafted token, each row's K maximizing its own ``gain(K) − λ K`` (the throughput objective's
+        frontier) and ``log gain(K) − λ K`` (the latency one's), so a row whose draft is nearly sure drafts long while
+        its neighbours, whose next token is a coin toss, draft little or nothing."""
         return self._best(rows, packed, per_row=True).tolist()
 
     def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
@@ -511,12 +532,17 @@ class StepCost:
         choices = [np.where(fixed, own, K) for K in steps]
         for lam in (np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)]) if per_row else []):
             choices.append(np.where(fixed, own, np.argmax(G - lam * steps, axis=1)))
+            choices.append(np.where(fixed, own, np.argmax(np.log(G) - lam * steps, axis=1)))
         ks = np.array(choices)  # [choices, rows]
-        tokens = G[np.arange(n), ks].sum(axis=1)
+        added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
         drafted = ks.sum(axis=1)
         T = (drafted + n) / n if packed else ks.max(axis=1) + 1
         seconds = self.t(n, T) + self.draft_time() * drafted
-        return ks[int(np.argmax(tokens / seconds))]
+        if self.objective == "throughput":
+            score = added.sum(axis=1) / seconds
+        else:  # the rows' geometric-mean time per token, lowest first: Σ log(added) − n log(seconds)
+            score = np.log(added).sum(axis=1) - n * np.log(seconds)
+        return ks[int(np.argmax(score))]
 
     def draft_time(self) -> float:
         """Seconds per drafted token: ``draft_cost``, or the engine's running figure (0 before any draft)."""
