@@ -411,6 +411,19 @@ def test_a_long_row_beside_a_long_draft_fits_the_cache(toy16, cache_len):
     assert (max(res[1].ks) < 12) == (cache_len is not None)
 
 
+def _sure_beside_doubtful():
+    """One row whose span of 16 is accepted whole every step, and three whose first draft token is always rejected."""
+    return [_row(16, 16, allowed=16)] + [_row(0, 4, allowed=4)] * 3
+
+
+def _expected(cost, rows, ks, packed=True):
+    """A step's seconds (the verify pass, packed or padded, and 0.01 s per drafted token) and the tokens each row is
+    expected to add, when the rows draft ``ks``."""
+    n, drafted = len(ks), sum(ks)
+    T = (drafted + n) / n if packed else max(ks) + 1
+    return cost.t(n, T) + 0.01 * drafted, cost.gains(rows)[np.arange(n), ks]
+
+
 def test_each_row_gets_its_own_k_when_the_pass_packs():
     """One row whose draft is nearly sure (a span of 16 accepted whole every step) beside three whose first draft
     token is always rejected: with a packed pass (each drafted token costs what it adds to the pass) the sure row
@@ -419,16 +432,13 @@ def test_each_row_gets_its_own_k_when_the_pass_packs():
     choice's expected rate is the higher (tokens per second: the throughput objective; the default one is tested
     below)."""
     cost = StepCost(COSTS, draft_cost=0.01, objective="throughput")
-    sure, doubtful = _row(16, 16, allowed=16), _row(0, 4, allowed=4)
-    rows = [sure] + [doubtful] * 3
+    rows = _sure_beside_doubtful()
     ks = cost.best_ks(rows)
     assert ks[0] >= 12 and ks[1:] == [0, 0, 0], ks
-    G = cost.gains(rows)
 
     def rate(ks, packed=True):
-        n, drafted = len(ks), sum(ks)
-        T = (drafted + n) / n if packed else max(ks) + 1
-        return sum(G[r, k] for r, k in enumerate(ks)) / (cost.t(n, T) + 0.01 * drafted)
+        seconds, added = _expected(cost, rows, ks, packed)
+        return added.sum() / seconds
     one = cost.best_k(rows)
     assert rate(ks) > 1.2 * rate([one] * 4), (ks, one)
     padded = cost.best_ks(rows, packed=False)  # every row pays the longest feed: the doubtful rows' drafts are free
@@ -444,20 +454,16 @@ def test_the_latency_objective_keeps_the_rows_that_do_not_draft_from_paying_for_
     the strict inequality). With one row the two objectives are the same rule."""
     latency, throughput = StepCost(COSTS, draft_cost=0.01), StepCost(COSTS, draft_cost=0.01, objective="throughput")
     assert latency.objective == "latency"
-    sure, doubtful = _row(16, 16, allowed=16), _row(0, 4, allowed=4)
-    rows = [sure] + [doubtful] * 3
+    rows = _sure_beside_doubtful()
     lat, thr = latency.best_ks(rows), throughput.best_ks(rows)
-    G = latency.gains(rows)
-
-    def seconds(ks):
-        n, drafted = len(ks), sum(ks)
-        return latency.t(n, (drafted + n) / n) + 0.01 * drafted
 
     def mean_time_per_token(ks):  # the rows' geometric mean
-        return float(np.exp(np.mean([np.log(seconds(ks) / G[r, k]) for r, k in enumerate(ks)])))
+        seconds, added = _expected(latency, rows, ks)
+        return float(np.exp(np.mean(np.log(seconds / added))))
 
     def tokens_per_s(ks):
-        return sum(G[r, k] for r, k in enumerate(ks)) / seconds(ks)
+        seconds, added = _expected(latency, rows, ks)
+        return added.sum() / seconds
     assert lat[1:] == thr[1:] == [0, 0, 0] and 0 < lat[0] < thr[0], (lat, thr)
     assert mean_time_per_token(lat) < mean_time_per_token(thr) and tokens_per_s(thr) > tokens_per_s(lat)
     for a in (0, 4, 12, 16):
