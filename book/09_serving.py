@@ -416,7 +416,9 @@ display(Markdown("\n".join(
 # seven rows of one token cost 8 × 17 slots; packed, that step is a pass over 24 tokens. Packing is what lets each row have its
 # own K: a row whose draft is nearly sure can draft far while its neighbours draft little or nothing, and only the
 # drafted tokens are paid for. The step-cost model prices a packed step over n rows and N tokens as
-# t(n, N / n), the measured pass over n rows of N / n tokens each.
+# t(n, N / n), the measured pass over n rows of N / n tokens each. A row allowed K tokens feeds only those its
+# drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a match, so the
+# model prices a row's K by the tokens it is expected to feed (how often each position was filled so far), not by K.
 #
 # Load is a fraction of autoregressive decoding's saturation throughput (every request waiting at t = 0); each load
 # draws one Poisson schedule (`sd.serving.arrivals`, vLLM's draws), replayed for every policy on the same requests: a

@@ -93,14 +93,15 @@ COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 
 
 
 def _row(accepted, drafted, steps=10, allowed=None):
-    """A row's record after ``steps`` steps that each drafted ``drafted`` and accepted ``accepted`` (a list: one per
-    step, cycled), allowed ``allowed`` (default: what it drafted)."""
+    """A row's record after ``steps`` steps that each drafted ``drafted`` and accepted ``accepted`` (each a number or
+    a list: one per step, cycled), allowed ``allowed`` (default: the most it drafted)."""
     s = sd.Stats("linear")
     accepted = accepted if isinstance(accepted, list) else [accepted]
+    drafted = drafted if isinstance(drafted, list) else [drafted]
     for i in range(steps):
-        a = accepted[i % len(accepted)]
-        s.record_step(min(a + 1, drafted), a, drafted, [], 0, False)
-    return s, [allowed or drafted] * steps, None
+        a, d = accepted[i % len(accepted)], drafted[i % len(drafted)]
+        s.record_step(min(a + 1, d), a, d, [], 0, False)
+    return s, [allowed or max(drafted)] * steps, None
 
 
 def test_step_cost_chooses_k_by_acceptance_and_load():
@@ -116,8 +117,8 @@ def test_step_cost_chooses_k_by_acceptance_and_load():
 
 def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     """A geometric drafter's positions come out near α^i. A drafter accepted all or nothing (a copied span of 8, one
-    step in 5) gets P_i ≈ 0.2 at every position up to 8 and none past what it proposes: drafted to its span's end
-    where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought for 0.25
+    step in 5) gets P_i ≈ 0.2 at every position up to 8 and none past what it proposes: drafted at least to its
+    span's end where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought for 0.25
     passes). The mutant with one α over all its tests (0.67, SmartSpec's running rate) prices the first token at
     0.67 and speculates there."""
     cost = StepCost(COSTS, draft_cost=0.02)
@@ -129,7 +130,7 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     c = cost.counts(*burst[:2])
     p = cost.acceptance(c, c)
     assert np.allclose(p[:8], 0.2, atol=0.02) and p[8:16].max() < 0.05, p[:16]
-    assert cost.best_k([burst]) == 8
+    assert cost.best_k([burst]) >= 8  # past its span it proposes (so feeds) almost nothing: a longer K is no dearer
     steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
     assert StepCost(steep, draft_cost=0.0).best_k([burst]) == 0
 
@@ -140,6 +141,28 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
             return np.array([fill[self.octave(i)] * alpha ** i for i in range(1, self.K_MAX + 1)])
 
     assert OneAlpha(steep, draft_cost=0.0).best_k([burst]) > 0
+
+
+def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
+    """A lookup that finds a match one step in 4 (a span of 8, accepted whole) and proposes nothing on the others feeds
+    2 draft tokens a step on average at K = 8, not 8: where each fed token costs a quarter pass, its span pays
+    (3 tokens for 1.5 passes) and it drafts at least to the span's end; one that always proposes and is accepted as often
+    (the burst row of the test above) buys the same tokens for 3 passes and does not draft. The mutant prices every
+    allowed position as fed, and chooses K = 0 for the lookup too."""
+    steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
+    cost = StepCost(steep, draft_cost=0.01)
+    lookup = _row([8, 0, 0, 0], [8, 0, 0, 0], steps=100, allowed=16)
+    c = cost.counts(*lookup[:2])
+    assert np.allclose(cost.fill(c, c)[:8], 0.25, atol=0.03) and cost.fill(c, c)[8:16].max() < 0.05
+    assert cost.best_k([lookup]) >= 8 and cost.best_ks([lookup])[0] >= 8
+    assert StepCost(steep, draft_cost=0.01).best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
+
+    class AllowedIsFed(StepCost):  # the mutant
+        def _expected(self, rows):
+            G, _ = super()._expected(rows)
+            return G, np.broadcast_to(np.arange(G.shape[1], dtype=float), G.shape)
+
+    assert AllowedIsFed(steep, draft_cost=0.01).best_k([lookup]) == 0
 
 
 def test_adaptive_rows_do_not_speculate_on_the_step_after_a_prefill(toy):

@@ -389,10 +389,15 @@ class StepCost:
 
     ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
     (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows feeding N tokens
-    in all (1 + K each) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass over N tokens), or
-    ``t(n, max K + 1) + d · drafted`` when it pads them, where d is ``draft_cost`` (seconds per drafted token), or
-    by default the running draft time per drafted token of this engine's steps. K = 0 (no speculation) is one of
-    the choices (:meth:`best_ks`; :meth:`best_k`: one K for every row).
+    in all (1 + the draft tokens each proposes) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass
+    over N tokens), or ``t(n, longest feed)`` + d · drafted when it pads them, where d is ``draft_cost`` (seconds
+    per drafted token), or by default the running draft time per drafted token of this engine's steps. K = 0 (no
+    speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every row).
+
+    A row allowed K draft tokens feeds only those its drafter proposes: ``F_1 + … + F_K`` of them on average, F_i
+    the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
+    model proposes only where it finds a match (prompt lookup on a chat request, say, on one step in three), and
+    costs nothing in the pass where it finds none, so its K is priced by what it feeds, not by what it is allowed.
 
     A row drafting K adds ``1 + P_1 + … + P_K`` tokens, P_i the chance that its i-th draft token is accepted,
     estimated per position from the row's own steps (:meth:`acceptance`): how often its drafter proposed an i-th
@@ -484,6 +489,16 @@ class StepCost:
 
     def acceptance(self, c: np.ndarray, pooled: np.ndarray) -> np.ndarray:
         """P_1 … P_K_MAX for a row with tallies ``c`` beside the live rows' ``pooled`` ones (class docstring)."""
+        fill, accepted = self._rates(c, pooled)
+        return fill * accepted
+
+    def fill(self, c: np.ndarray, pooled: np.ndarray) -> np.ndarray:
+        """F_1 … F_K_MAX: the chance that a row with tallies ``c`` (beside the live rows' ``pooled`` ones) proposes an
+        i-th draft token when allowed one, so that it drafts ``F_1 + … + F_K`` tokens at K, on average."""
+        return self._rates(c, pooled)[0]
+
+    def _rates(self, c: np.ndarray, pooled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per position: the fill, and the chance that every draft token up to it is accepted once tested."""
         fill = np.empty(c.shape[1])
         rate = np.empty(c.shape[1])
         prior_fill, prior_rate = 1.0, 0.5
@@ -493,17 +508,24 @@ class StepCost:
             fill[o] = (c[1, o] + self.PRIOR_TESTS * prior_fill) / (c[0, o] + self.PRIOR_TESTS)
             rate[o] = min((c[3, o] + self.PRIOR_TESTS * prior_rate) / (c[2, o] + self.PRIOR_TESTS), 0.999)
         octaves = [self.octave(i) for i in range(1, self.K_MAX + 1)]
-        return fill[octaves] * np.cumprod(rate[octaves])
+        return fill[octaves], np.cumprod(rate[octaves])
 
     def gains(self, rows: list[tuple[Stats, list[int], int | None]]) -> np.ndarray:
         """``[rows, K_MAX + 1]``: the tokens each live row is expected to add at each K, ``1 + P_1 + … + P_K``.
         ``rows``: each live row's record, the K it was allowed at each step so far, and its own fixed K (0:
         autoregressive) or None for an adaptive row."""
+        return self._expected(rows)[0]
+
+    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``[rows, K_MAX + 1]`` twice: the tokens each row is expected to add at each K (:meth:`gains`), and the
+        draft tokens it is expected to propose, ``F_1 + … + F_K`` (:meth:`fill`)."""
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
-        return np.array([np.concatenate([[1.0], 1.0 + np.cumsum(self.acceptance(c, pooled))]) for c in tallies])
+        cum = lambda p, first: np.array([np.concatenate([[first], first + np.cumsum(x)]) for x in p])
+        return (cum([self.acceptance(c, pooled) for c in tallies], 1.0),
+                cum([self.fill(c, pooled) for c in tallies], 0.0))
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
@@ -524,7 +546,7 @@ class StepCost:
     def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        G = self.gains(rows)
+        G, D = self._expected(rows)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
@@ -535,8 +557,9 @@ class StepCost:
             choices.append(np.where(fixed, own, np.argmax(np.log(G) - lam * steps, axis=1)))
         ks = np.array(choices)  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
-        drafted = ks.sum(axis=1)
-        T = (drafted + n) / n if packed else ks.max(axis=1) + 1
+        proposed = D[np.arange(n), ks]  # [choices, rows]: the draft tokens each row is expected to feed
+        drafted = proposed.sum(axis=1)
+        T = (drafted + n) / n if packed else proposed.max(axis=1) + 1
         seconds = self.t(n, T) + self.draft_time() * drafted
         if self.objective == "throughput":
             score = added.sum(axis=1) / seconds
