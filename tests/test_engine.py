@@ -118,9 +118,9 @@ def test_step_cost_chooses_k_by_acceptance_and_load():
 def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     """A geometric drafter's positions come out near α^i. A drafter accepted all or nothing (a copied span of 8, one
     step in 5) gets P_i ≈ 0.2 at every position up to 8 and none past what it proposes: drafted at least to its
-    span's end where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought for 0.25
-    passes). The mutant with one α over all its tests (0.67, SmartSpec's running rate) prices the first token at
-    0.67 and speculates there."""
+    span's end where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought
+    for 0.25 passes). The mutant with one α over all its tests (0.67, SmartSpec's running rate) prices the first
+    token at 0.67 and speculates there."""
     cost = StepCost(COSTS, draft_cost=0.02)
     rng = np.random.default_rng(0)
     geometric = _row([int(rng.geometric(0.4)) - 1 for _ in range(400)], 12, steps=400)
@@ -135,10 +135,11 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     assert StepCost(steep, draft_cost=0.0).best_k([burst]) == 0
 
     class OneAlpha(StepCost):  # the mutant: one rate for every position, fill as measured
-        def acceptance(self, c, pooled):
+        def _rates(self, c, pooled):
             alpha = c[3].sum() / c[2].sum()
             fill = c[1] / np.maximum(c[0], 1)
-            return np.array([fill[self.octave(i)] * alpha ** i for i in range(1, self.K_MAX + 1)])
+            return (np.array([fill[self.octave(i)] for i in range(1, self.K_MAX + 1)]),
+                    alpha ** np.arange(1, self.K_MAX + 1))
 
     assert OneAlpha(steep, draft_cost=0.0).best_k([burst]) > 0
 
@@ -146,16 +147,17 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
 def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
     """A lookup that finds a match one step in 4 (a span of 8, accepted whole) and proposes nothing on the others feeds
     2 draft tokens a step on average at K = 8, not 8: where each fed token costs a quarter pass, its span pays
-    (3 tokens for 1.5 passes) and it drafts at least to the span's end; one that always proposes and is accepted as often
-    (the burst row of the test above) buys the same tokens for 3 passes and does not draft. The mutant prices every
-    allowed position as fed, and chooses K = 0 for the lookup too."""
+    (3 tokens for 1.5 passes) and it drafts at least to the span's end; one that always proposes and is accepted as
+    often (the burst row of the test above) buys the same tokens for 3 passes and does not draft. The mutant prices
+    every allowed position as fed, and chooses K = 0 for the lookup too."""
     steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
     cost = StepCost(steep, draft_cost=0.01)
     lookup = _row([8, 0, 0, 0], [8, 0, 0, 0], steps=100, allowed=16)
     c = cost.counts(*lookup[:2])
-    assert np.allclose(cost.fill(c, c)[:8], 0.25, atol=0.03) and cost.fill(c, c)[8:16].max() < 0.05
+    fill = cost.fill(c, c)
+    assert np.allclose(fill[:8], 0.25, atol=0.03) and fill[8:16].max() < 0.05
     assert cost.best_k([lookup]) >= 8 and cost.best_ks([lookup])[0] >= 8
-    assert StepCost(steep, draft_cost=0.01).best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
+    assert cost.best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
 
     class AllowedIsFed(StepCost):  # the mutant
         def _expected(self, rows):

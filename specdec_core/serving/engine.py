@@ -390,9 +390,10 @@ class StepCost:
     ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
     (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows feeding N tokens
     in all (1 + the draft tokens each proposes) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass
-    over N tokens), or ``t(n, longest feed)`` + d · drafted when it pads them, where d is ``draft_cost`` (seconds
-    per drafted token), or by default the running draft time per drafted token of this engine's steps. K = 0 (no
-    speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every row).
+    over N tokens), or ``t(n, longest feed) + d · drafted`` when it pads them (the longest expected feed), where d
+    is ``draft_cost`` (seconds per drafted token), or by default the running draft time per drafted token of this
+    engine's steps. K = 0 (no speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every
+    row).
 
     A row allowed K draft tokens feeds only those its drafter proposes: ``F_1 + … + F_K`` of them on average, F_i
     the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
@@ -498,7 +499,8 @@ class StepCost:
         return self._rates(c, pooled)[0]
 
     def _rates(self, c: np.ndarray, pooled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per position: the fill, and the chance that every draft token up to it is accepted once tested."""
+        """Per position: the fill, and the chance that every draft token up to it is accepted once tested (P_i is
+        their product; :meth:`acceptance` and :meth:`fill` read them, the step's choice computes them once a row)."""
         fill = np.empty(c.shape[1])
         rate = np.empty(c.shape[1])
         prior_fill, prior_rate = 1.0, 0.5
@@ -523,9 +525,9 @@ class StepCost:
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
-        cum = lambda p, first: np.array([np.concatenate([[first], first + np.cumsum(x)]) for x in p])
-        return (cum([self.acceptance(c, pooled) for c in tallies], 1.0),
-                cum([self.fill(c, pooled) for c in tallies], 0.0))
+        F, A = map(np.array, zip(*(self._rates(c, pooled) for c in tallies)))  # [rows, K_MAX] each
+        at_0 = np.zeros((len(tallies), 1))  # K = 0: nothing drafted, one token
+        return 1.0 + np.hstack([at_0, np.cumsum(F * A, axis=1)]), np.hstack([at_0, np.cumsum(F, axis=1)])
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
