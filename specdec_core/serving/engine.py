@@ -415,6 +415,7 @@ class StepCost:
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
 
     OBJECTIVES = ("latency", "throughput")
+    PRICES = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)])  # λ, tokens of gain per draft token (best_ks)
 
     def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None,
                  objective: str = "latency"):
@@ -553,11 +554,12 @@ class StepCost:
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
         steps = np.arange(self.K_MAX + 1)
-        choices = [np.where(fixed, own, K) for K in steps]
-        for lam in (np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)]) if per_row else []):
-            choices.append(np.where(fixed, own, np.argmax(G - lam * steps, axis=1)))
-            choices.append(np.where(fixed, own, np.argmax(np.log(G) - lam * steps, axis=1)))
-        ks = np.array(choices)  # [choices, rows]
+        choices = [steps[:, None].repeat(n, axis=1)]  # one K for every adaptive row
+        if per_row:  # each row's own K at each price λ of an allowed draft token, price by price
+            lam = self.PRICES[:, None, None]
+            each = [np.argmax(value - lam * steps, axis=2) for value in (G, np.log(G))]  # [prices, rows] twice
+            choices.append(np.stack(each, axis=1).reshape(-1, n))  # at each price, gain's choice then log gain's
+        ks = np.where(fixed, own, np.concatenate(choices))  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
         proposed = D[np.arange(n), ks]  # [choices, rows]: the draft tokens each row is expected to feed
         drafted = proposed.sum(axis=1)
