@@ -2,5 +2,5 @@
 timing (``profiling``: the protocol, ceilings and pass costs; ``bench``: methods side by side; ``serving``;
 ``blas``; ``compiled``: static-shape steps), the theory (``theory``, ``curves``, ``treesearch``, ``hardware``),
 exactness (``exactness``, ``mutants``, ``peers``: transformers' decoders under the same tests), choosing settings
-(``calibrate``), and saying and drawing results (``report``, ``figures``). Programs that use it live in
-``specdec_core/tools``."""
+(``calibrate``; ``replay``: a rule for K replayed on recorded greedy decodes, without the model), and saying and
+drawing results (``report``, ``figures``). Programs that use it live in ``specdec_core/tools``."""
