@@ -399,6 +399,8 @@ class StepCost:
     the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
     model proposes only where it finds a match (prompt lookup on a chat request, say, on one step in three), and
     costs nothing in the pass where it finds none, so its K is priced by what it feeds, not by what it is allowed.
+    Such a drafter feeds all of its K or nothing, and a pass costs more per token the longer it is, so a step is
+    priced at its expected time over the rows' feeds (:meth:`verify_time`), not at the time of their mean feed.
 
     A row drafting K adds ``1 + P_1 + … + P_K`` tokens, P_i the chance that its i-th draft token is accepted,
     estimated per position from the row's own steps (:meth:`acceptance`): how often its drafter proposed an i-th
@@ -511,7 +513,7 @@ class StepCost:
             fill[o] = (c[1, o] + self.PRIOR_TESTS * prior_fill) / (c[0, o] + self.PRIOR_TESTS)
             rate[o] = min((c[3, o] + self.PRIOR_TESTS * prior_rate) / (c[2, o] + self.PRIOR_TESTS), 0.999)
         octaves = [self.octave(i) for i in range(1, self.K_MAX + 1)]
-        return fill[octaves], np.cumprod(rate[octaves])
+        return np.minimum.accumulate(fill[octaves]), np.cumprod(rate[octaves])  # an i-th proposal needs an (i-1)-th
 
     def gains(self, rows: list[tuple[Stats, list[int], int | None]]) -> np.ndarray:
         """``[rows, K_MAX + 1]``: the tokens each live row is expected to add at each K, ``1 + P_1 + … + P_K``.
@@ -519,16 +521,16 @@ class StepCost:
         autoregressive) or None for an adaptive row."""
         return self._expected(rows)[0]
 
-    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray]:
+    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``[rows, K_MAX + 1]`` twice: the tokens each row is expected to add at each K (:meth:`gains`), and the
-        draft tokens it is expected to propose, ``F_1 + … + F_K`` (:meth:`fill`)."""
+        draft tokens it is expected to propose, ``F_1 + … + F_K`` (:meth:`fill`); and ``[rows, K_MAX]``: F."""
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
         F, A = map(np.array, zip(*(self._rates(c, pooled) for c in tallies)))  # [rows, K_MAX] each
         at_0 = np.zeros((len(tallies), 1))  # K = 0: nothing drafted, one token
-        return 1.0 + np.hstack([at_0, np.cumsum(F * A, axis=1)]), np.hstack([at_0, np.cumsum(F, axis=1)])
+        return 1.0 + np.hstack([at_0, np.cumsum(F * A, axis=1)]), np.hstack([at_0, np.cumsum(F, axis=1)]), F
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
@@ -549,7 +551,7 @@ class StepCost:
     def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        G, D = self._expected(rows)
+        G, D, F = self._expected(rows)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
@@ -563,13 +565,43 @@ class StepCost:
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
         proposed = D[np.arange(n), ks]  # [choices, rows]: the draft tokens each row is expected to feed
         drafted = proposed.sum(axis=1)
-        T = (drafted + n) / n if packed else proposed.max(axis=1) + 1
-        seconds = self.t(n, T) + self.draft_time() * drafted
+        seconds = self.verify_time(n, ks, F, packed) + self.draft_time() * drafted
         if self.objective == "throughput":
             score = added.sum(axis=1) / seconds
         else:  # the rows' geometric-mean time per token, lowest first: Σ log(added) − n log(seconds)
             score = np.log(added).sum(axis=1) - n * np.log(seconds)
         return ks[int(np.argmax(score))]
+
+    # nodes and weights of a standard normal (Gauss-Hermite, probabilists'): a packed step's expected time
+    _Z, _W = np.polynomial.hermite_e.hermegauss(7)
+    _W = _W / _W.sum()
+
+    def verify_time(self, n: int, ks: np.ndarray, F: np.ndarray, packed: bool = True) -> np.ndarray:
+        """The expected seconds of the verify pass of each choice (``ks``: ``[choices, n]``, each row's K) of n rows
+        with fills ``F`` (``[n, K_MAX]``: P(a row proposes an i-th token)). A row at K feeds d = min(K, proposal)
+        tokens: P(d ≥ i) = F_i for i ≤ K. A drafter without a model feeds all or nothing (a lookup that matches
+        proposes the whole K), and the pass time grows faster than the tokens on a CPU (t(1, 33) is more than twice
+        t(1, 17) on the book's machines), so the time of the mean feed would price a long K below what it costs on
+        average. Packed, one or two rows: the exact expectation over the rows' feeds; more rows: the summed feed
+        taken as normal (the rows' means and variances added), t(n, (n + S) / n) averaged at 7 Gauss-Hermite
+        nodes. Padded: t(n, the largest expected feed + 1)."""
+        rows, J = np.arange(n), np.arange(self.K_MAX + 1)
+        Fx = np.hstack([np.ones((n, 1)), F])  # P(d ≥ j), j = 0..K_MAX
+        D = np.cumsum(Fx, axis=1) - 1.0  # E[d] at each K
+        if not packed:
+            return self.t(n, D[rows, ks].max(axis=1) + 1)
+        if n <= 2:  # P(d = j) at each row's K: F_j − F_{j+1} below K, F_K at K
+            drop = Fx - np.hstack([Fx[:, 1:], np.zeros((n, 1))])
+            K = ks[:, :, None]
+            P = np.where(J < K, drop, np.where(J == K, Fx, 0.0))  # [choices, n, J]
+            if n == 1:
+                return P[:, 0] @ self.t(1, 1 + J)
+            return np.einsum("cj,ck,jk->c", P[:, 0], P[:, 1], self.t(2, (2 + J[:, None] + J[None, :]) / 2))
+        M2 = np.cumsum(np.hstack([np.zeros((n, 1)), (2 * J[1:] - 1) * F]), axis=1)  # E[d²] at each K
+        mean = D[rows, ks].sum(axis=1)
+        var = np.maximum(M2[rows, ks] - D[rows, ks] ** 2, 0.0).sum(axis=1)
+        S = np.maximum(mean[:, None] + np.sqrt(var)[:, None] * self._Z, 0.0)  # [choices, nodes]
+        return (self.t(n, (n + S) / n) * self._W).sum(axis=1)
 
     def draft_time(self) -> float:
         """Seconds per drafted token: ``draft_cost``, or the engine's running figure (0 before any draft)."""
