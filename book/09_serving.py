@@ -419,8 +419,9 @@ display(Markdown("\n".join(
 # t(n, N / n), the measured pass over n rows of N / n tokens each. A row allowed K tokens feeds only those its
 # drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a match, so the
 # model prices a row's K by the tokens it is expected to feed (how often each position was filled so far), not by K.
-# A lookup that matches proposes all of its K and one that does not proposes nothing, and a longer pass costs more
-# per token, so a step is priced at its expected time over what the rows may feed, not at the time of the mean feed.
+# A lookup that matches proposes all of its K and one that does not proposes nothing; where each token added to a
+# pass costs more than the last (a CPU past its knee), the time of the mean feed is below the mean time, so a step is
+# priced at its expected time over what the rows may feed.
 #
 # Load is a fraction of autoregressive decoding's saturation throughput (every request waiting at t = 0); each load
 # draws one Poisson schedule (`sd.serving.arrivals`, vLLM's draws), replayed for every policy on the same requests: a

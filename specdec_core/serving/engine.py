@@ -399,8 +399,9 @@ class StepCost:
     the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
     model proposes only where it finds a match (prompt lookup on a chat request, say, on one step in three), and
     costs nothing in the pass where it finds none, so its K is priced by what it feeds, not by what it is allowed.
-    Such a drafter feeds all of its K or nothing, and a pass costs more per token the longer it is, so a step is
-    priced at its expected time over the rows' feeds (:meth:`verify_time`), not at the time of their mean feed.
+    Such a drafter feeds all of its K or nothing, and where each token added to a pass costs more the longer the
+    pass already is (a CPU past its few-token knee), the time of the mean feed is below the mean time: a step is
+    priced at its expected time over the rows' feeds (:meth:`verify_time`).
 
     A row drafting K adds ``1 + P_1 + … + P_K`` tokens, P_i the chance that its i-th draft token is accepted,
     estimated per position from the row's own steps (:meth:`acceptance`): how often its drafter proposed an i-th
@@ -580,9 +581,9 @@ class StepCost:
         """The expected seconds of the verify pass of each choice (``ks``: ``[choices, n]``, each row's K) of n rows
         with fills ``F`` (``[n, K_MAX]``: P(a row proposes an i-th token)). A row at K feeds d = min(K, proposal)
         tokens: P(d ≥ i) = F_i for i ≤ K. A drafter without a model feeds all or nothing (a lookup that matches
-        proposes the whole K), and the pass time grows faster than the tokens on a CPU (t(1, 33) is more than twice
-        t(1, 17) on the book's machines), so the time of the mean feed would price a long K below what it costs on
-        average. Packed, one or two rows: the exact expectation over the rows' feeds; more rows: the summed feed
+        proposes the whole K), so where the pass time is convex in its tokens (each added token dearer than the
+        last, as on a CPU past its knee) the time of the mean feed prices a long K below what it costs on average.
+        Packed, one or two rows: the exact expectation over the rows' feeds; more rows: the summed feed
         taken as normal (the rows' means and variances added), t(n, (n + S) / n) averaged at 7 Gauss-Hermite
         nodes. Padded: t(n, the largest expected feed + 1)."""
         rows, J = np.arange(n), np.arange(self.K_MAX + 1)
