@@ -161,21 +161,10 @@ def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
 
     class AllowedIsFed(StepCost):  # the mutant
         def _expected(self, rows):
-            G, _, F = super()._expected(rows)
-            return G, np.broadcast_to(np.arange(G.shape[1], dtype=float), G.shape), np.ones_like(F)
+            G, F = super()._expected(rows)
+            return G, np.ones_like(F)  # every allowed position fed
 
     assert AllowedIsFed(steep, draft_cost=0.01).best_k([lookup]) == 0
-
-
-def _lookup_row(spans, every, steps=96, allowed=16):
-    """A lookup that proposes all ``allowed`` tokens one step in ``every`` (accepting ``spans`` in turn) and nothing
-    on the others."""
-    s, ks = sd.Stats("linear"), []
-    for i in range(steps):
-        d, a = (allowed, spans[(i // every) % len(spans)]) if i % every == 0 else (0, 0)
-        s.record_step(min(a + 1, d), a, d, [], 0, False)
-        ks.append(allowed)
-    return s, ks, None
 
 
 def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed():
@@ -208,8 +197,9 @@ def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed(
             D = np.hstack([np.zeros((n, 1)), np.cumsum(F, axis=1)])
             return self.t(n, (n + D[np.arange(n), ks].sum(axis=1)) / n)
 
-    lookup = _lookup_row([1, 4, 8, 16], every=4)
-    for rows in ([lookup], [lookup, _lookup_row([1, 4, 8, 16], every=4)]):
+    quiet = [0, 0, 0]  # it fires one step in four, proposing all 16 tokens and accepting 1, 4, 8 and 16 in turn
+    lookup = _row([1] + quiet + [4] + quiet + [8] + quiet + [16] + quiet, [16] + quiet, steps=96)
+    for rows in ([lookup], [lookup, lookup]):
         ours, mutant = StepCost(convex, draft_cost=0.0).best_ks(rows), MeanFeed(convex, draft_cost=0.0).best_ks(rows)
         assert max(ours) < min(mutant), (ours, mutant)
 

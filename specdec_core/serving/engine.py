@@ -522,16 +522,21 @@ class StepCost:
         autoregressive) or None for an adaptive row."""
         return self._expected(rows)[0]
 
-    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``[rows, K_MAX + 1]`` twice: the tokens each row is expected to add at each K (:meth:`gains`), and the
-        draft tokens it is expected to propose, ``F_1 + … + F_K`` (:meth:`fill`); and ``[rows, K_MAX]``: F."""
+    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """``[rows, K_MAX + 1]``: the tokens each row is expected to add at each K (:meth:`gains`); ``[rows,
+        K_MAX]``: its fills F (:meth:`fill`), from which its expected feed follows (:meth:`_upto_k`)."""
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
         pooled = sum(tallies)
         F, A = map(np.array, zip(*(self._rates(c, pooled) for c in tallies)))  # [rows, K_MAX] each
-        at_0 = np.zeros((len(tallies), 1))  # K = 0: nothing drafted, one token
-        return 1.0 + np.hstack([at_0, np.cumsum(F * A, axis=1)]), np.hstack([at_0, np.cumsum(F, axis=1)]), F
+        return 1.0 + self._upto_k(F * A), F  # K = 0: one token
+
+    @staticmethod
+    def _upto_k(x: np.ndarray) -> np.ndarray:
+        """``[rows, K_MAX + 1]``: ``x_1 + … + x_K`` at each K (0 at K = 0) of per-position ``x`` (``[rows, K_MAX]``):
+        of the fills F, the draft tokens a row is expected to feed; of F · A, the tokens it adds past one."""
+        return np.hstack([np.zeros((len(x), 1)), np.cumsum(x, axis=1)])
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
@@ -552,7 +557,7 @@ class StepCost:
     def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        G, D, F = self._expected(rows)
+        G, F = self._expected(rows)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
@@ -564,8 +569,7 @@ class StepCost:
             choices.append(np.stack(each, axis=1).reshape(-1, n))  # at each price, gain's choice then log gain's
         ks = np.where(fixed, own, np.concatenate(choices))  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
-        proposed = D[np.arange(n), ks]  # [choices, rows]: the draft tokens each row is expected to feed
-        drafted = proposed.sum(axis=1)
+        drafted = self._upto_k(F)[np.arange(n), ks].sum(axis=1)  # [choices]: the draft tokens expected in all
         seconds = self.verify_time(n, ks, F, packed) + self.draft_time() * drafted
         if self.objective == "throughput":
             score = added.sum(axis=1) / seconds
@@ -588,7 +592,7 @@ class StepCost:
         nodes. Padded: t(n, the largest expected feed + 1)."""
         rows, J = np.arange(n), np.arange(self.K_MAX + 1)
         Fx = np.hstack([np.ones((n, 1)), F])  # P(d ≥ j), j = 0..K_MAX
-        D = np.cumsum(Fx, axis=1) - 1.0  # E[d] at each K
+        D = self._upto_k(F)  # E[d] at each K
         if not packed:
             return self.t(n, D[rows, ks].max(axis=1) + 1)
         if n <= 2:  # P(d = j) at each row's K: F_j − F_{j+1} below K, F_K at K
@@ -598,7 +602,7 @@ class StepCost:
             if n == 1:
                 return P[:, 0] @ self.t(1, 1 + J)
             return np.einsum("cj,ck,jk->c", P[:, 0], P[:, 1], self.t(2, (2 + J[:, None] + J[None, :]) / 2))
-        M2 = np.cumsum(np.hstack([np.zeros((n, 1)), (2 * J[1:] - 1) * F]), axis=1)  # E[d²] at each K
+        M2 = self._upto_k((2 * J[1:] - 1) * F)  # E[d²] at each K: Σ_{i ≤ K} (2i − 1) F_i
         mean = D[rows, ks].sum(axis=1)
         var = np.maximum(M2[rows, ks] - D[rows, ks] ** 2, 0.0).sum(axis=1)
         S = np.maximum(mean[:, None] + np.sqrt(var)[:, None] * self._Z, 0.0)  # [choices, nodes]

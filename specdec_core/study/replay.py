@@ -38,16 +38,22 @@ def lookup_trace(drafter, prompt: list[int], tokens: list[int], k_max: int = Ste
 
 @dataclass
 class Replay:
-    """One request replayed: the K each step allowed, the draft tokens it fed, those accepted, the record, the
-    seconds the cost curve gives its steps, and those of one one-token pass."""
+    """One request replayed: the K each step allowed, the record (what each step fed and accepted), the seconds the
+    cost curve gives its steps, and those of one one-token pass."""
 
     ks: list[int]
-    fed: list[int]
-    accepted: list[int]
     stats: Stats
     seconds: float
     tokens: int  # tokens after the prefill's
     one_pass: float  # cost.t(1, 1)
+
+    @property
+    def fed(self) -> list[int]:
+        return self.stats.drafted
+
+    @property
+    def accepted(self) -> list[int]:
+        return self.stats.accepted_lengths
 
     @property
     def speedup(self) -> float:
@@ -60,25 +66,23 @@ def replay(trace: list[tuple[int, int]], rule, cost: StepCost, max_new_tokens: i
     ``"adaptive"`` (``cost.best_ks``, which learns from the replayed steps as it does in the engine), or a callable
     ``(stats, ks) -> K``. Each step's K is cut to the room left (``max_new_tokens`` − tokens so far − 1), as the
     engine cuts it; the step costs ``cost.t(1, 1 + fed) + cost.draft_time() · fed``."""
-    if isinstance(rule, bool) or not (isinstance(rule, int) and rule >= 0 or rule == "adaptive" or callable(rule)):
+    if isinstance(rule, int) and not isinstance(rule, bool) and rule >= 0:
+        choose = lambda stats, ks: rule  # noqa: E731
+    elif rule == "adaptive":
+        choose = lambda stats, ks: cost.best_ks([(stats, ks, None)])[0]  # noqa: E731
+    elif callable(rule):
+        choose = rule
+    else:
         raise ValueError(f"rule must be a K >= 0, 'adaptive' or a callable (stats, ks) -> K, got {rule!r}")
-    stats, ks, fed, accepted = Stats("linear"), [], [], []
+    stats, ks = Stats("linear"), []
     p, seconds, end = 1, 0.0, len(trace) + 1
     while p < end:
-        if isinstance(rule, int):
-            k = rule
-        elif rule == "adaptive":
-            k = cost.best_ks([(stats, ks, None)])[0]
-        else:
-            k = int(rule(stats, ks))
-        k = min(k, max_new_tokens - p - 1)
+        k = min(int(choose(stats, ks)), max_new_tokens - p - 1)
         proposal, matched = trace[p - 1]
         d = min(k, proposal)
         a = min(matched, d)
         stats.record_step(min(d, a + 1), a, d, [], 0)
         ks.append(k)
-        fed.append(d)
-        accepted.append(a)
         seconds += cost.t(1, 1 + d) + cost.draft_time() * d
         p += a + 1
-    return Replay(ks, fed, accepted, stats, seconds, end - 1, cost.t(1, 1))
+    return Replay(ks, stats, seconds, end - 1, cost.t(1, 1))
