@@ -135,6 +135,25 @@ def test_batch_cache_moves_pointers_per_row(toy):
         c.advance(torch.tensor([0, 0, 12]))
 
 
+def test_a_reset_survives_narrowing_to_the_live_rows(toy):
+    """``live`` narrows to views of the allocated rows; a reset between two of its calls empties those rows in place,
+    so the next ``live`` sees the reset (a reset that made new tensors left ``live`` restoring the old lengths: a
+    second prefill then ran at the first one's context, silently). A start per live row, or a clear error."""
+    c = BatchKVCache(toy.target.config, 3, 16, torch.float64, "cpu")
+    c.reset()
+    c.advance(torch.tensor([9, 9, 9]))
+    c.live(2)
+    c.live(3)
+    c.reset(torch.tensor([1, 0, 2]))
+    c.advance(torch.tensor([4, 4, 4]))
+    c.live(1)
+    assert c.lengths.tolist() == [4] and c.starts.tolist() == [1]
+    c.live(3)
+    assert c.lengths.tolist() == [4, 4, 4] and c.starts.tolist() == [1, 0, 2]
+    with pytest.raises(ValueError, match="one start per live row"):
+        c.reset(torch.tensor([0, 0]))
+
+
 def test_batch_passes_keep_one_attention_setting():
     """Binding a batch sets a model's sdpa attention to the grouped-query kernel once; no pass changes it after
     (a per-pass switch would show inside the forward), and the single-sequence path reads the same setting."""

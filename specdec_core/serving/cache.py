@@ -185,10 +185,15 @@ class BatchKVCache(Cache):
         lengths[dst], starts[dst] = lengths[src], starts[src]
 
     def reset(self, starts: torch.Tensor | None = None) -> None:
-        """Empty every row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding."""
-        self.lengths = torch.zeros_like(self.lengths)
-        self.starts = (torch.zeros_like(self.lengths) if starts is None
-                       else torch.as_tensor(starts, dtype=torch.long, device=self.lengths.device))
+        """Empty every live row; ``starts[r]``: the slots of row r that the next (first) pass fills with padding.
+        In place: the lengths stay views of the allocated ones, so a later :meth:`live` sees this reset (a new
+        tensor here would leave ``live`` restoring the lengths from before it)."""
+        starts = (torch.zeros_like(self.lengths) if starts is None
+                  else torch.as_tensor(starts, dtype=torch.long, device=self.lengths.device))
+        if starts.shape != self.lengths.shape:
+            raise ValueError(f"reset takes one start per live row ({self.batch}), got {tuple(starts.shape)}")
+        self.lengths.zero_()
+        self.starts.copy_(starts)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return int(self.lengths.max())
