@@ -421,9 +421,7 @@ display(Markdown("\n".join(
 # model prices a row's K by the tokens it is expected to feed (how often each position was filled so far), not by K.
 # A lookup that matches proposes all of its K and one that does not proposes nothing; where each token added to a
 # pass costs more than the last (a CPU past its knee), the time of the mean feed is below the mean time, so a step is
-# priced at its expected time over what the rows may feed. Each of a pass's tokens attends to every key before it, so
-# what a longer feed adds grows with the context: the curve is timed after a short and a long context, and a step is
-# priced at its longest row's (linear between them).
+# priced at its expected time over what the rows may feed.
 #
 # Load is a fraction of autoregressive decoding's saturation throughput (every request waiting at t = 0); each load
 # draws one Poisson schedule (`sd.serving.arrivals`, vLLM's draws), replayed for every policy on the same requests: a
@@ -432,7 +430,7 @@ display(Markdown("\n".join(
 # requests: every policy and round replays the same requests); *per class* (suffix for input-grounded requests,
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
 # `k="adaptive"`: each step the engine chooses each adaptive row's own K, 0 included, from a step-cost model
-# t(rows, tokens, context) measured first, each row's running acceptance at each draft position, and the drafters' running
+# t(rows, tokens) measured first, each row's running acceptance at each draft position, and the drafters' running
 # time per drafted token (SmartSpec's rule with a K per row, `sd.serving.StepCost.best_ks`). What it maximizes is
 # not the batch's tokens per second, SmartSpec's objective, but the product of the rows' expected rates: the lowest
 # geometric mean of the rows' times per token. Goodput counts requests, each once, whether its TPOT meets the SLO;
@@ -452,11 +450,10 @@ grounded_ids = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded("ev
 mix = sd.prompts.traffic_mix([("chat", ids) for ids in encoded], [("grounded", ids) for ids in grounded_ids],
                              engine_share, engine_requests, seed=0)
 step_cost = StepCost.measure(pair.target, max_rows=engine_max_batch)
-sc = pd.Series(step_cost.verify).rename_axis(["rows", "tokens", "context"]).unstack("tokens")
-ch.save(sc.reset_index(), "step_costs")
-book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows) of T tokens each (columns) after "
-          f"a context of {' or '.join(map(str, step_cost.contexts))} tokens, in one-row one-token passes after the "
-          "shortest.", prefill=False, digits=2)
+sc = pd.Series(step_cost.verify).unstack()
+ch.save(sc.rename_axis(index="rows", columns="tokens").reset_index(), "step_costs")
+book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows) of T tokens each (columns), in "
+          "one-row one-token passes, timed here at a 64-token context.", prefill=False, digits=2)
 
 policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
 saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)

@@ -43,7 +43,6 @@ and prefill included); :func:`~specdec_core.serving.metrics.summarize` turns the
 """
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from dataclasses import dataclass, field
@@ -360,7 +359,7 @@ class Engine:
         if stalled and not self.speculate_after_prefill:
             return [0 if q.adaptive else q.k_max for q in live]
         return self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
-                                      packed=packed, context=max(len(q.seq) for q in live))
+                                      packed=packed)
 
     def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
         q.done = True
@@ -388,13 +387,8 @@ class StepCost:
     objective a row drafts only while its own relative gain outweighs the relative delay of the n rows sharing the
     step (proportional fairness). With one row, or rows alike, the two are the same rule.
 
-    ``verify[(B, T, C)]``: seconds of one target pass over B rows of T tokens after C committed ones, measured on
-    this machine (:meth:`measure`) and interpolated linearly between the measured B, T and C (``verify[(B, T)]``:
-    one context for all). The context matters because each of a pass's T queries attends to every key before it:
-    where the linear layers cost nearly the same for 1 and 9 tokens (a CPU with the rows kernel), most of what a
-    longer pass adds is attention, so a curve timed at one short context prices a long draft as nearly free on a
-    long request. A step is priced at its longest live row's context (a pass's batched attention reads that far).
-    A step with n rows feeding N tokens
+    ``verify[(B, T)]``: seconds of one target pass over B rows of T tokens, measured on this machine
+    (:meth:`measure`) and interpolated linearly between the measured B and T. A step with n rows feeding N tokens
     in all (1 + the draft tokens each proposes) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass
     over N tokens), or ``t(n, longest feed) + d · drafted`` when it pads them (the longest expected feed), where d
     is ``draft_cost`` (seconds per drafted token), or by default the running draft time per drafted token of this
@@ -422,7 +416,6 @@ class StepCost:
     PRIOR_TESTS = 4
     ROWS = (1, 2, 4, 8, 16, 32)
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
-    CONTEXTS = (64, 512)
 
     OBJECTIVES = ("latency", "throughput")
     PRICES = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)])  # λ, tokens of gain per draft token (best_ks)
@@ -431,82 +424,56 @@ class StepCost:
                  objective: str = "latency"):
         if not verify:
             raise ValueError("StepCost needs at least one measured (rows, tokens) pass time")
-        if len({len(key) for key in verify}) != 1 or len(next(iter(verify))) not in (2, 3):
-            raise ValueError("StepCost's pass times are keyed (rows, tokens), or (rows, tokens, context) for every "
-                             f"one, got keys {sorted(verify)[:4]}...")
         if objective not in self.OBJECTIVES:
             raise ValueError(f"objective must be one of {self.OBJECTIVES}, got {objective!r}")
         if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and 0 <= draft_cost < math.inf):
             raise ValueError(f"draft_cost must be seconds per drafted token >= 0, or None (measured), "
                              f"got {draft_cost!r}")
         self.verify = dict(verify)
-        self.rows = sorted({key[0] for key in verify})
-        self.tokens = sorted({key[1] for key in verify})
-        self.contexts = sorted({key[2] for key in verify}) if len(next(iter(verify))) == 3 else [None]
-        missing = [(b, t, c) for b in self.rows for t in self.tokens for c in self.contexts
-                   if (b, t, c)[:3 if c is not None else 2] not in self.verify]
-        if missing:
-            raise ValueError(f"StepCost's pass times must cover a grid of rows, tokens and contexts: no time for "
-                             f"{missing[:4]}")
+        self.rows = sorted({b for b, _ in verify})
+        self.tokens = sorted({t for _, t in verify})
         self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
         self.objective = objective  # what a step's choice maximizes (class docstring)
         self.draft_s, self.drafted = 0.0, 0
         self._octave_of = np.array([self.octave(i) for i in range(1, self.K_MAX + 1)])  # position i's pool
-        self._curves: dict[int, np.ndarray] = {}  # rows -> seconds [context, tokens] (t)
+        self._curves: dict[int, np.ndarray] = {}  # rows -> seconds at each measured T (t)
         self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] of the live rows (counts)
 
     @classmethod
-    def measure(cls, target, max_rows: int = 8, contexts=CONTEXTS, repeats: int = 3,
+    def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3,
                 objective: str = "latency") -> StepCost:
-        """Median seconds of a pass over B rows of T tokens after C committed ones, for B up to ``max_rows`` (and
-        max_rows itself), T in :attr:`TOKENS` and C in ``contexts`` (those the model's positions allow), one warm-up
-        pass per shape."""
+        """Median seconds of a pass over B rows of T tokens after ``context`` committed ones, for B up to
+        ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS`: one warm-up pass per shape, then ``repeats``
+        rounds over the T of each B."""
         rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
-        room = getattr(target.config.get_text_config(), "max_position_embeddings", None)
-        if room is not None:
-            room -= max(cls.TOKENS) + 1
-            contexts = sorted({min(c, room) for c in contexts})
-        if not contexts or min(contexts) < 1:
-            raise ValueError(f"StepCost.measure needs contexts >= 1 that fit the model's positions, got {contexts!r}")
-        lm = BatchLM(target, max(rows), max(contexts) + max(cls.TOKENS) + 1)
+        lm = BatchLM(target, max(rows), context + max(cls.TOKENS) + 1)
         gen = torch.Generator().manual_seed(0)
         V = target.config.get_text_config().vocab_size
+        lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
         timer, out = Timer(next(target.parameters()).device), {}
-        for C in contexts:
-            lm.prefill(torch.randint(V, (max(rows), C), generator=gen).tolist())
-            for B in rows:
-                lm.cache.live(B)
-                for T in cls.TOKENS:
-                    ids = torch.randint(V, (B, T), generator=gen).tolist()
-                    lm.forward(ids)
-                    times = sorted(timer.time(lm.forward, ids)[1] for _ in range(repeats))
-                    out[(B, T, C)] = times[len(times) // 2]
+        for B in rows:
+            lm.cache.live(B)
+            feeds = {T: torch.randint(V, (B, T), generator=gen).tolist() for T in cls.TOKENS}
+            for ids in feeds.values():
+                lm.forward(ids)
+            times = {T: [] for T in cls.TOKENS}
+            for _ in range(repeats):  # interleaved: a drift (the first passes after a prefill, say) hits every T
+                for T, ids in feeds.items():
+                    times[T].append(timer.time(lm.forward, ids)[1])
+            out.update({(B, T): float(np.median(ts)) for T, ts in times.items()})
         return cls(out, objective=objective)
 
-    def t(self, rows: int, tokens, context: float | None = None):
-        """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (one count or an array of them) after
-        ``context`` committed ones: linear in each between the measured ones; outside their range the nearest
-        measured tokens, proportional to the rows beyond the largest, and linear in the context beyond the longest
-        (attention's cost grows with it) but not below the shortest (None: the shortest)."""
+    def t(self, rows: int, tokens):
+        """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (one count or an array of them): bilinear
+        between the measured ones, the nearest measured ones outside their range, and proportional to the rows
+        beyond the largest."""
         scale = rows / self.rows[-1] if rows > self.rows[-1] else 1.0
-        at = self._curves.get(rows)
-        if at is None:
-            at = self._curves[rows] = np.array([self._curve(rows, c) for c in self.contexts])
-        if len(self.contexts) == 1 or context is None or context <= self.contexts[0]:
-            curve = at[0]
-        else:
-            i = min(bisect.bisect_left(self.contexts, context), len(self.contexts) - 1)
-            c0, c1 = self.contexts[i - 1:i + 1]
-            w = (context - c0) / (c1 - c0)  # beyond the longest: the last two contexts' line, extended
-            curve = at[i - 1] + w * (at[i] - at[i - 1])
+        curve = self._curves.get(rows)
+        if curve is None:
+            curve = self._curves[rows] = np.array([np.interp(rows, self.rows, [self.verify[(b, t)] for b in self.rows])
+                                                   for t in self.tokens])
         out = scale * np.interp(tokens, self.tokens, curve)
         return float(out) if np.ndim(out) == 0 else out
-
-    def _curve(self, rows: int, context) -> np.ndarray:
-        """Seconds at each measured T for ``rows`` rows (linear between the measured rows) at a measured context."""
-        key = (lambda b, t: (b, t)) if context is None else (lambda b, t: (b, t, context))
-        return np.array([np.interp(rows, self.rows, [self.verify[key(b, t)] for b in self.rows])
-                         for t in self.tokens])
 
     def observe_draft(self, seconds: float, drafted: int) -> None:
         self.draft_s += seconds
@@ -581,25 +548,23 @@ class StepCost:
         of the fills F, the draft tokens a row is expected to feed; of F · A, the tokens it adds past one."""
         return np.hstack([np.zeros((len(x), 1)), np.cumsum(x, axis=1)])
 
-    def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True,
-                context: float | None = None) -> list[int]:
+    def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
         """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
         the :attr:`objective` (class docstring). ``packed``: the verify pass costs what its tokens cost
         (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the longest
         feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each price
         λ of a drafted token, each row's K maximizing its own ``gain(K) − λ K`` (the throughput objective's
         frontier) and ``log gain(K) − λ K`` (the latency one's), so a row whose draft is nearly sure drafts long while
-        its neighbours, whose next token is a coin toss, draft little or nothing. ``context``: the tokens committed
-        before the pass (:meth:`t`; the engine gives its longest live row's)."""
-        return self._best(rows, packed, per_row=True, context=context).tolist()
+        its neighbours, whose next token is a coin toss, draft little or nothing."""
+        return self._best(rows, packed, per_row=True).tolist()
 
-    def best_k(self, rows: list[tuple[Stats, list[int], int | None]], context: float | None = None) -> int:
+    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
         """One K for every adaptive row (``rows`` as :meth:`gains`), every row paying the longest feed: the rule of
         a padded pass, and of vLLM's one K per batch size (0 when no row is adaptive)."""
-        ks = self._best(rows, packed=False, per_row=False, context=context)
+        ks = self._best(rows, packed=False, per_row=False)
         return next((int(k) for k, (_, _, fixed) in zip(ks, rows) if fixed is None), 0)
 
-    def _best(self, rows, packed: bool, per_row: bool, context: float | None = None) -> np.ndarray:
+    def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
         G, F = self._expected(rows)
@@ -615,7 +580,7 @@ class StepCost:
         ks = np.where(fixed, own, np.concatenate(choices))  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
         drafted = self._upto_k(F)[np.arange(n), ks].sum(axis=1)  # [choices]: the draft tokens expected in all
-        seconds = self.verify_time(n, ks, F, packed, context) + self.draft_time() * drafted
+        seconds = self.verify_time(n, ks, F, packed) + self.draft_time() * drafted
         if self.objective == "throughput":
             score = added.sum(axis=1) / seconds
         else:  # the rows' geometric-mean time per token, lowest first: Σ log(added) − n log(seconds)
@@ -626,8 +591,7 @@ class StepCost:
     _Z, _W = np.polynomial.hermite_e.hermegauss(7)
     _W = _W / _W.sum()
 
-    def verify_time(self, n: int, ks: np.ndarray, F: np.ndarray, packed: bool = True,
-                    context: float | None = None) -> np.ndarray:
+    def verify_time(self, n: int, ks: np.ndarray, F: np.ndarray, packed: bool = True) -> np.ndarray:
         """The expected seconds of the verify pass of each choice (``ks``: ``[choices, n]``, each row's K) of n rows
         with fills ``F`` (``[n, K_MAX]``: P(a row proposes an i-th token)). A row at K feeds d = min(K, proposal)
         tokens: P(d ≥ i) = F_i for i ≤ K. A drafter without a model feeds all or nothing (a lookup that matches
@@ -635,24 +599,24 @@ class StepCost:
         last, as on a CPU past its knee) the time of the mean feed prices a long K below what it costs on average.
         Packed, one or two rows: the exact expectation over the rows' feeds; more rows: the summed feed
         taken as normal (the rows' means and variances added), t(n, (n + S) / n) averaged at 7 Gauss-Hermite
-        nodes. Padded: t(n, the largest expected feed + 1). ``context``: as :meth:`t`'s."""
+        nodes. Padded: t(n, the largest expected feed + 1)."""
         rows, J = np.arange(n), np.arange(self.K_MAX + 1)
         Fx = np.hstack([np.ones((n, 1)), F])  # P(d ≥ j), j = 0..K_MAX
         D = self._upto_k(F)  # E[d] at each K
         if not packed:
-            return self.t(n, D[rows, ks].max(axis=1) + 1, context)
+            return self.t(n, D[rows, ks].max(axis=1) + 1)
         if n <= 2:  # P(d = j) at each row's K: F_j − F_{j+1} below K, F_K at K
             drop = Fx - np.hstack([Fx[:, 1:], np.zeros((n, 1))])
             K = ks[:, :, None]
             P = np.where(J < K, drop, np.where(J == K, Fx, 0.0))  # [choices, n, J]
             if n == 1:
-                return P[:, 0] @ self.t(1, 1 + J, context)
-            return np.einsum("cj,ck,jk->c", P[:, 0], P[:, 1], self.t(2, (2 + J[:, None] + J[None, :]) / 2, context))
+                return P[:, 0] @ self.t(1, 1 + J)
+            return np.einsum("cj,ck,jk->c", P[:, 0], P[:, 1], self.t(2, (2 + J[:, None] + J[None, :]) / 2))
         M2 = self._upto_k((2 * J[1:] - 1) * F)  # E[d²] at each K: Σ_{i ≤ K} (2i − 1) F_i
         mean = D[rows, ks].sum(axis=1)
         var = np.maximum(M2[rows, ks] - D[rows, ks] ** 2, 0.0).sum(axis=1)
         S = np.maximum(mean[:, None] + np.sqrt(var)[:, None] * self._Z, 0.0)  # [choices, nodes]
-        return (self.t(n, (n + S) / n, context) * self._W).sum(axis=1)
+        return (self.t(n, (n + S) / n) * self._W).sum(axis=1)
 
     def draft_time(self) -> float:
         """Seconds per drafted token: ``draft_cost``, or the engine's running figure (0 before any draft)."""

@@ -39,14 +39,13 @@ def lookup_trace(drafter, prompt: list[int], tokens: list[int], k_max: int = Ste
 @dataclass
 class Replay:
     """One request replayed: the K each step allowed, the record (what each step fed and accepted), the seconds the
-    cost curve gives its steps, and those it gives autoregressive decoding of the same tokens (one one-token pass
-    each)."""
+    cost curve gives its steps, and those of one one-token pass."""
 
     ks: list[int]
     stats: Stats
     seconds: float
     tokens: int  # tokens after the prefill's
-    autoregressive_s: float
+    one_pass: float  # cost.t(1, 1)
 
     @property
     def fed(self) -> list[int]:
@@ -59,28 +58,22 @@ class Replay:
     @property
     def speedup(self) -> float:
         """Against autoregressive decoding on the same cost curve (one one-token pass per token)."""
-        return self.autoregressive_s / self.seconds if self.seconds else float("nan")
+        return self.tokens * self.one_pass / self.seconds if self.seconds else float("nan")
 
 
-def replay(trace: list[tuple[int, int]], rule, cost: StepCost, max_new_tokens: int, prompt_len: int | None = None
-           ) -> Replay:
+def replay(trace: list[tuple[int, int]], rule, cost: StepCost, max_new_tokens: int) -> Replay:
     """Decode one request's ``trace`` (:func:`lookup_trace`) at B = 1. ``rule``: a fixed K (int), or
     ``"adaptive"`` (``cost.best_ks``, which learns from the replayed steps as it does in the engine), or a callable
     ``(stats, ks) -> K``. Each step's K is cut to the room left (``max_new_tokens`` − tokens so far − 1), as the
-    engine cuts it; the step costs ``cost.t(1, 1 + fed, context) + cost.draft_time() · fed``, its context the
-    prompt's ``prompt_len`` tokens and those decoded before the step (None: the curve's shortest context, as for
-    a curve timed at one)."""
+    engine cuts it; the step costs ``cost.t(1, 1 + fed) + cost.draft_time() · fed``."""
     if isinstance(rule, int) and not isinstance(rule, bool) and rule >= 0:
         choose = lambda stats, ks: rule  # noqa: E731
     elif rule == "adaptive":
-        choose = lambda stats, ks: cost.best_ks([(stats, ks, None)], context=at(p))[0]  # noqa: E731
+        choose = lambda stats, ks: cost.best_ks([(stats, ks, None)])[0]  # noqa: E731
     elif callable(rule):
         choose = rule
     else:
         raise ValueError(f"rule must be a K >= 0, 'adaptive' or a callable (stats, ks) -> K, got {rule!r}")
-    if prompt_len is not None and (isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len < 1):
-        raise ValueError(f"prompt_len must be the prompt's tokens (an integer >= 1) or None, got {prompt_len!r}")
-    at = (lambda p: None) if prompt_len is None else (lambda p: prompt_len + p)  # noqa: E731 -- context before step
     stats, ks = Stats("linear"), []
     p, seconds, end = 1, 0.0, len(trace) + 1
     while p < end:
@@ -90,6 +83,6 @@ def replay(trace: list[tuple[int, int]], rule, cost: StepCost, max_new_tokens: i
         a = min(matched, d)
         stats.record_step(min(d, a + 1), a, d, [], 0)
         ks.append(k)
-        seconds += cost.t(1, 1 + d, at(p)) + cost.draft_time() * d
+        seconds += cost.t(1, 1 + d) + cost.draft_time() * d
         p += a + 1
-    return Replay(ks, stats, seconds, end - 1, sum(cost.t(1, 1, at(i)) for i in range(1, end)))
+    return Replay(ks, stats, seconds, end - 1, cost.t(1, 1))
