@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import specdec_core as sd
+from specdec_core.record import Timer
 from specdec_core.sampling import SamplingParams
 from specdec_core.serving import Engine, StepCost, arrivals, request_metrics, summarize
 from specdec_core.study import exactness as ex
@@ -115,18 +116,20 @@ def test_step_cost_chooses_k_by_acceptance_and_load():
         StepCost(COSTS, draft_cost=-1)
 
 
-def test_the_step_cost_is_timed_in_interleaved_rounds(toy, monkeypatch):
+def test_the_step_cost_is_timed_in_interleaved_rounds(toy):
     """Each shape is warmed up once, then timed in rounds over every T of a row count, so a drift (the passes right
     after a prefill or a change of live rows ran slower on this machine: a one-token pass timed first read 1.13 of
     the engine's) falls on every T alike; the grid holds every (rows, tokens). Timing each T's repeats back to back
     (the mutant order) is caught."""
-    from specdec_core.serving.cache import BatchLM
-    fed, forward = [], BatchLM.forward
-    monkeypatch.setattr(BatchLM, "forward", lambda self, rows, *a, **k: (fed.append(len(rows[0])),
-                                                                          forward(self, rows, *a, **k))[1])
-    cost = StepCost.measure(toy.target, max_rows=2, context=4, repeats=3)
+    class Recording(Timer):
+        def time(self, fn, *args, **kwargs):
+            timed.append(len(args[0][0]))  # the T of the pass timed
+            return super().time(fn, *args, **kwargs)
+
+    timed = []
+    cost = StepCost.measure(toy.target, max_rows=2, context=4, repeats=3, timer=Recording())
     T = list(StepCost.TOKENS)
-    assert fed == (T + T * 3) * 2  # 2 row counts: a warm-up, then 3 rounds
+    assert timed == T * 3 * 2  # 2 row counts, 3 rounds each
     assert sorted(cost.verify) == sorted((b, t) for b in (1, 2) for t in T)
 
 

@@ -441,16 +441,17 @@ class StepCost:
 
     @classmethod
     def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3,
-                objective: str = "latency") -> StepCost:
+                objective: str = "latency", timer: Timer | None = None) -> StepCost:
         """Median seconds of a pass over B rows of T tokens after ``context`` committed ones, for B up to
         ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS`: one warm-up pass per shape, then ``repeats``
-        rounds over the T of each B."""
+        rounds over the T of each B. ``timer``: what times each pass (default a :class:`~specdec_core.record.Timer`
+        on the target's device)."""
         rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
         lm = BatchLM(target, max(rows), context + max(cls.TOKENS) + 1)
         gen = torch.Generator().manual_seed(0)
         V = target.config.get_text_config().vocab_size
         lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
-        timer, out = Timer(next(target.parameters()).device), {}
+        timer, out = timer or Timer(next(target.parameters()).device), {}
         for B in rows:
             lm.cache.live(B)
             feeds = {T: torch.randint(V, (B, T), generator=gen).tolist() for T in cls.TOKENS}
