@@ -212,8 +212,7 @@ def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed(
 
     class MeanFeed(StepCost):  # the mutant: the time of the mean feed
         def verify_time(self, n, ks, F, packed=True):
-            D = np.hstack([np.zeros((n, 1)), np.cumsum(F, axis=1)])
-            return self.t(n, (n + D[np.arange(n), ks].sum(axis=1)) / n)
+            return self.t(n, (n + self._upto_k(F)[np.arange(n), ks].sum(axis=1)) / n)
 
     quiet = [0, 0, 0]  # it fires one step in four, proposing all 16 tokens and accepting 1, 4, 8 and 16 in turn
     lookup = _row([1] + quiet + [4] + quiet + [8] + quiet + [16] + quiet, [16] + quiet, steps=96)

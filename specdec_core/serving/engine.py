@@ -602,11 +602,11 @@ class StepCost:
         taken as normal (the rows' means and variances added), t(n, (n + S) / n) averaged at 7 Gauss-Hermite
         nodes. Padded: t(n, the largest expected feed + 1)."""
         rows, J = np.arange(n), np.arange(self.K_MAX + 1)
-        Fx = np.hstack([np.ones((n, 1)), F])  # P(d ≥ j), j = 0..K_MAX
         D = self._upto_k(F)  # E[d] at each K
         if not packed:
             return self.t(n, D[rows, ks].max(axis=1) + 1)
         if n <= 2:  # P(d = j) at each row's K: F_j − F_{j+1} below K, F_K at K
+            Fx = np.hstack([np.ones((n, 1)), F])  # P(d ≥ j), j = 0..K_MAX
             drop = Fx - np.hstack([Fx[:, 1:], np.zeros((n, 1))])
             K = ks[:, :, None]
             P = np.where(J < K, drop, np.where(J == K, Fx, 0.0))  # [choices, n, J]
