@@ -264,6 +264,33 @@ def test_the_price_of_a_drafted_token_counts_only_the_steps_that_drafted(toy):
     assert all(max(r.ks[10:]) > 0 for r in res) and all(max(r.ks[:10]) == 0 for r in res)
 
 
+def test_one_pause_in_a_drafting_window_does_not_set_the_draft_price():
+    """50 drafting steps at 0.05 ms a token, then one that a 200 ms pause landed in: the price stays within 25 % of
+    the drafter's (uncapped, the running mean: 17 times it). A drafter 100 times dearer from then on still sets the
+    price within a median window. The uncapped mutant fails the first check."""
+    cost = StepCost(COSTS)
+    for _ in range(50):
+        cost.observe_draft(0.25e-3, 5)
+    cost.observe_draft(0.2, 5)
+    assert cost.draft_time() < 1.25 * 0.05e-3, cost.draft_time()
+    for _ in range(StepCost.SETTLED // 2 + 1 + 200):
+        cost.observe_draft(25e-3, 5)
+    assert cost.draft_time() > 0.7 * 5e-3, cost.draft_time()  # the running mean, the cheap steps included
+
+
+class _Uncapped(StepCost):
+    def observe_draft(self, seconds, drafted):
+        self.draft_s += seconds
+        self.drafted += drafted
+
+
+def test_the_uncapped_draft_price_mutant_is_caught():
+    cost = _Uncapped(COSTS)
+    for _ in range(50):
+        cost.observe_draft(0.25e-3, 5)
+    cost.observe_draft(0.2, 5)
+    assert cost.draft_time() > 10 * 0.05e-3
+
 def _engine_samples(toy, n_requests, engine=Engine):
     """Requests for [1, 2, 3] at T = 1, top-k 3, each its own seed, K chosen by the engine (from fixed costs, so
     the outcome is deterministic), 3 at a time among neighbours of other prompts (a greedy one and a sampled one):

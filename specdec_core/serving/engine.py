@@ -54,6 +54,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -411,7 +412,7 @@ class StepCost:
     in all (1 + the draft tokens each proposes) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass
     over N tokens), or ``t(n, longest feed) + d · drafted`` when it pads them (the longest expected feed), where d
     is ``draft_cost`` (seconds per drafted token), or by default the running draft time per drafted token of this
-    engine's steps. K = 0 (no speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every
+    engine's steps (one step's outlier capped, :meth:`observe_draft`). K = 0 (no speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every
     row).
 
     A row allowed K draft tokens feeds only those its drafter proposes: ``F_1 + … + F_K`` of them on average, F_i
@@ -437,6 +438,7 @@ class StepCost:
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
 
     OBJECTIVES = ("latency", "throughput")
+    SETTLED, OUTLIER = 16, 10.0  # a drafting step counts at most OUTLIER × the median of the last SETTLED
     PRICES = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)])  # λ, tokens of gain per draft token (best_ks)
 
     def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None,
@@ -454,6 +456,7 @@ class StepCost:
         self.draft_cost = draft_cost  # None: the running draft time per drafted token of the engine's steps
         self.objective = objective  # what a step's choice maximizes (class docstring)
         self.draft_s, self.drafted = 0.0, 0
+        self._recent: deque[float] = deque(maxlen=self.SETTLED)  # the last steps' seconds per drafted token
         self._octave_of = np.array([self.octave(i) for i in range(1, self.K_MAX + 1)])  # position i's pool
         self._curves: dict[int, np.ndarray] = {}  # rows -> seconds at each measured T (t)
         self._tallies: dict[int, list] = {}  # id(stats) -> [stats, steps read, tallies] of the live rows (counts)
@@ -496,6 +499,16 @@ class StepCost:
         return float(out) if np.ndim(out) == 0 else out
 
     def observe_draft(self, seconds: float, drafted: int) -> None:
+        """Add one drafting step: ``seconds`` of drafting that proposed ``drafted`` tokens. Once ``SETTLED`` steps
+        have been seen, a step counts at most ``OUTLIER`` times the median price per token of the last ``SETTLED``
+        steps (for at least one token): a pause that lands in one step's drafting window (the OS, a garbage
+        collection) would otherwise raise the price of every later token, and a price so high that no row drafts
+        is never observed again. A drafter that is truly dearer takes over the median within ``SETTLED // 2 + 1``
+        steps, and then its own time counts in full."""
+        recent = self._recent
+        if len(recent) == recent.maxlen:
+            seconds = min(seconds, self.OUTLIER * float(np.median(recent)) * max(drafted, 1))
+        recent.append(seconds / max(drafted, 1))
         self.draft_s += seconds
         self.drafted += drafted
 
