@@ -525,6 +525,31 @@ def test_goodput_verdicts_are_paired_and_decide_only_with_their_interval():
     assert v.verdict.iloc[0].startswith("unresolved")
 
 
+def test_tpot_ratios_are_paired_by_request_and_decide_only_with_their_interval():
+    """Synthetic runs (2 rounds × 15 requests whose TPOTs spread over two decades): a policy 1.05× faster than
+    another on every request has ratio 1.05 in every paired draw (an unpaired bootstrap spreads it over about 0.4 to
+    2.8, and fails the first check); the class filter and a failed request are honoured; 2 requests decide nothing."""
+    import pandas as pd
+
+    from specdec_core.study import load as ld
+
+    tpot = np.geomspace(0.01, 1.0, 15)
+    rows = [dict(round=r, load=0.1, policy=p, request=j, cls="chat" if j % 3 else "grounded",
+                 tpot=tpot[j] * f * (1 + r), error=None)
+            for r in range(2) for p, f in (("adaptive", 1.0), ("n-gram", 1.05), ("ar", 2.0)) for j in range(15)]
+    runs = pd.DataFrame(rows)
+    v = ld.tpot_ratio(runs, 0.1, "adaptive", "n-gram", goal=0.95)
+    assert v["ratio"] == pytest.approx(1.05) and v["lo"] == pytest.approx(1.05) and v["hi"] == pytest.approx(1.05)
+    assert v["verdict"] == "holds" and v["requests"] == 30
+    assert ld.tpot_ratio(runs, 0.1, "adaptive", "ar", goal=2.5)["verdict"] == "fails"
+    assert ld.tpot_ratio(runs, 0.1, "adaptive", "ar", cls="grounded")["requests"] == 10
+    runs.loc[(runs.policy == "n-gram") & (runs.request == 0), "tpot"] = np.nan  # failed under one policy
+    assert ld.tpot_ratio(runs, 0.1, "adaptive", "n-gram")["requests"] == 28
+    two = runs[runs.request < 2]
+    assert ld.tpot_ratio(two[two["round"] == 0], 0.1, "adaptive", "ar")["verdict"].startswith("unresolved")
+    with pytest.raises(ValueError, match="no requests of"):
+        ld.tpot_ratio(runs, 0.1, "adaptive", "suffix")
+
 @pytest.mark.parametrize("cache_len", [None, 40])
 def test_a_long_row_beside_a_long_draft_fits_the_cache(toy16, cache_len):
     """A pass pads every row to its longest feed: a long prompt near its end beside a row drafting 12 tokens needs the

@@ -11,7 +11,8 @@
   latencies (TTFT, TPOT, E2E, its per-token ITL), tokens, the K each step allowed and the rows it shared.
 - :func:`summary`: per (policy, load): throughput, goodput under SLOs, latency percentiles, and per class.
 - :func:`goodput_verdicts`: the load-adaptive policy's goodput against each other policy's at each load, a ratio with
-  a paired bootstrap interval over requests and a verdict against the share it must keep.
+  a paired bootstrap interval over requests and a verdict against the share it must keep; :func:`tpot_ratio`: the
+  same for two policies' median TPOT at one load (one class, or all).
 - :func:`crossover`: the lowest load at which a policy's goodput (or throughput) falls below autoregressive
   decoding's; :func:`k_table`: the K the load-adaptive policy chose at each batch size, as vLLM's
   ``num_speculative_tokens_per_batch_size`` setting.
@@ -193,6 +194,29 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
                              verdict=report.judged(word, rounds * n)))
     return pd.DataFrame(rows)
 
+
+def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: str | None = None, goal: float = 1.0,
+               level: float = 0.9, n_boot: int = 2000, seed: int = 0) -> dict:
+    """At ``load`` (requests of class ``cls``, or all): ``other``'s median TPOT ÷ ``policy``'s (above 1: ``policy``
+    is that many times faster per token), pooled over rounds, with a ``level`` bootstrap interval that resamples the
+    (round, request) pairs, the same draw for both policies (they served the same requests on the same schedule),
+    and its verdict against ``goal``: ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high
+    end stays below, else ``"undecided"``. A request that failed under either policy is left out of both."""
+    at = runs[(runs.load == load) & (runs.policy.isin([policy, other]))]
+    if cls is not None:
+        at = at[at.cls == cls]
+    t = at.pivot_table(index=["round", "request"], columns="policy", values="tpot", aggfunc="first")
+    if policy not in t or other not in t:
+        raise ValueError(f"tpot_ratio: no requests of {policy!r} and {other!r} at load {load!r}")
+    t = t[[policy, other]].dropna().to_numpy()
+    if not len(t):
+        raise ValueError(f"tpot_ratio: no request at load {load!r} finished under both {policy!r} and {other!r}")
+    draws = np.random.default_rng(seed).integers(0, len(t), size=(n_boot, len(t)))
+    boot = np.median(t[draws, 1], axis=1) / np.median(t[draws, 0], axis=1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    word = "holds" if lo >= goal else "fails" if hi < goal else "undecided"
+    return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
+                verdict=report.judged(word, len(t)))
 
 def against(verdicts: pd.DataFrame, baseline: str = "autoregressive"):
     """Per load of :func:`goodput_verdicts`: (load, the row against ``baseline``, the row against the other policy
