@@ -412,8 +412,8 @@ class StepCost:
     in all (1 + the draft tokens each proposes) costs ``t(n, N / n) + d · drafted`` when the pass packs them (a pass
     over N tokens), or ``t(n, longest feed) + d · drafted`` when it pads them (the longest expected feed), where d
     is ``draft_cost`` (seconds per drafted token), or by default the running draft time per drafted token of this
-    engine's steps (one step's outlier capped, :meth:`observe_draft`). K = 0 (no speculation) is one of the choices (:meth:`best_ks`; :meth:`best_k`: one K for every
-    row).
+    engine's steps (one step's outlier capped, :meth:`observe_draft`). K = 0 (no speculation) is one of the choices
+    (:meth:`best_ks`; :meth:`best_k`: one K for every row).
 
     A row allowed K draft tokens feeds only those its drafter proposes: ``F_1 + … + F_K`` of them on average, F_i
     the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
@@ -438,7 +438,7 @@ class StepCost:
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
 
     OBJECTIVES = ("latency", "throughput")
-    SETTLED, OUTLIER = 16, 10.0  # a drafting step counts at most OUTLIER × the median of the last SETTLED
+    SETTLED, OUTLIER = 16, 10.0  # a drafting step counts at most OUTLIER × the last SETTLED steps' median price
     PRICES = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 40)])  # λ, tokens of gain per draft token (best_ks)
 
     def __init__(self, verify: dict[tuple[int, int], float], draft_cost: float | None = None,

@@ -218,6 +218,7 @@ def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: st
     return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
                 verdict=report.judged(word, len(t)))
 
+
 def against(verdicts: pd.DataFrame, baseline: str = "autoregressive"):
     """Per load of :func:`goodput_verdicts`: (load, the row against ``baseline``, the row against the other policy
     with the highest goodput)."""
