@@ -227,9 +227,9 @@ def test_float32_greedy_speculation_equals_autoregressive_with_no_near_tie_excus
 
 
 def test_a_packed_verify_pass_gives_each_row_its_single_sequence_logits(smol_rows):
-    """Eight requests prefilled alone and placed in a batch, then one verify pass over rows of 17, 17 and six of 1
-    tokens: packed (40 tokens), each row's logits equal, bit for bit, a single-sequence pass over its tokens (the
-    kernel's row invariance, attention included); padded (136 slots, past the kernel's 64) they do not."""
+    """Eight requests prefilled alone and placed in a batch, then one verify pass over rows of 65, 65 and six of 1
+    tokens: packed (136 tokens), each row's logits equal, bit for bit, a single-sequence pass over its tokens (the
+    kernel's row invariance, attention included); padded (520 slots, past the kernel's MAX_ROWS) they do not."""
     from specdec_core.lm import CachedLM
     from specdec_core.serving.cache import BatchLM
 
@@ -237,18 +237,19 @@ def test_a_packed_verify_pass_gives_each_row_its_single_sequence_logits(smol_row
     gen = torch.Generator().manual_seed(3)
     V = m.config.vocab_size
     prompts = [torch.randint(V, (n,), generator=gen).tolist() for n in (40, 33, 51, 27, 45, 38, 30, 49)]
-    feeds = [torch.randint(V, (17 if r < 2 else 1,), generator=gen).tolist() for r in range(B)]
+    feeds = [torch.randint(V, (65 if r < 2 else 1,), generator=gen).tolist() for r in range(B)]
+    assert B * 65 > kernels.MAX_ROWS >= 2 * 65 + 6
     alone = []
     for p, f in zip(prompts, feeds):
-        one = CachedLM(m, 80)
+        one = CachedLM(m, 128)
         one.forward(torch.tensor(p))
         alone.append(one.forward(torch.tensor(f)))
     equal = {}
     for packs in (True, False):
-        lm = BatchLM(m, B, 80)
+        lm = BatchLM(m, B, 128)
         lm.packs = packs
         for r, p in enumerate(prompts):
-            one = CachedLM(m, 80)
+            one = CachedLM(m, 128)
             one.forward(torch.tensor(p))
             lm.cache.place(r, one.cache, len(p))
         lm.cache.live(B)

@@ -1,6 +1,6 @@
 // A few-row matrix product for CPU passes over a few tokens: Y[m, n] = sum_k X[m, k] W[n, k] (+ b[n]).
 //
-// A verification pass multiplies M = 1-64 token rows by every weight matrix of the model. The weights do not fit in
+// A verification pass multiplies M = 1-512 token rows by every weight matrix of the model. The weights do not fit in
 // cache, so the pass is bound by how fast they stream from memory, and should cost about the same for any small M.
 // A general GEMM library tunes for large M (it packs X and W into panels for every call and picks its tile shape
 // and threading from M); here the weights are packed once, when a model is set up, so each call is a plain stream:
