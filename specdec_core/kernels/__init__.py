@@ -14,8 +14,8 @@ verified with 31 others gets the same logits, bit for bit, as one decoded alone.
   half a minute; cached under ``build/kernels/``), or returns ``None`` with a one-line notice where it cannot (no
   compiler, no AVX2).
 - :func:`install` points a model's ``nn.Linear`` layers (the tied LM head included) at the kernel for inputs of up
-  to ``max_rows`` rows; longer inputs (a prefill) and anything not float32 on CPU or needing gradients keep
-  torch's path.
+  to ``max_rows`` rows (verify passes, the engine's packed passes, prompts' prefills up to :data:`MAX_ROWS`
+  tokens); longer inputs and anything not float32 on CPU or needing gradients keep torch's path.
 - :func:`install` also lets attention over the cache read grouped key/value heads as they are (:func:`gqa_sdpa`):
   transformers copies them out to every query head in each pass over more than one token.
 - :func:`calibrate` times both paths on the model's own layers and keeps the kernel only where it wins; the verdict
