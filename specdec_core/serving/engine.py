@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -507,7 +508,8 @@ class StepCost:
         steps, and then its own time counts in full."""
         recent = self._recent
         if len(recent) == recent.maxlen:
-            seconds = min(seconds, self.OUTLIER * float(np.median(recent)) * max(drafted, 1))
+            # statistics, not numpy: this runs once a step, on 16 floats
+            seconds = min(seconds, self.OUTLIER * statistics.median(recent) * max(drafted, 1))
         recent.append(seconds / max(drafted, 1))
         self.draft_s += seconds
         self.drafted += drafted

@@ -187,11 +187,9 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
                 boot = (pick(met[policy]) / span[policy]) / (pick(met[other]) / span[other])
             boot = boot[~np.isnan(boot)]
             lo, hi = (np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan))
-            word = ("not measured" if np.isnan(lo) else "holds" if lo >= goal else "fails" if hi < goal
-                    else "undecided")
             rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
-                             verdict=report.judged(word, rounds * n)))
+                             verdict=_verdict(lo, hi, goal, rounds * n)))
     return pd.DataFrame(rows)
 
 
@@ -214,9 +212,16 @@ def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: st
     draws = np.random.default_rng(seed).integers(0, len(t), size=(n_boot, len(t)))
     boot = np.median(t[draws, 1], axis=1) / np.median(t[draws, 0], axis=1)
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    word = "holds" if lo >= goal else "fails" if hi < goal else "undecided"
     return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
-                verdict=report.judged(word, len(t)))
+                verdict=_verdict(lo, hi, goal, len(t)))
+
+
+def _verdict(lo: float, hi: float, goal: float, n: int) -> str:
+    """A ratio's verdict against ``goal`` from its interval ``lo``–``hi`` over ``n`` requests: ``"holds"`` when the
+    low end reaches the goal, ``"fails"`` when the high end stays below, else ``"undecided"`` (``"not measured"``
+    without an interval); :func:`~specdec_core.study.report.judged` on ``n``."""
+    word = ("not measured" if np.isnan(lo) else "holds" if lo >= goal else "fails" if hi < goal else "undecided")
+    return report.judged(word, n)
 
 
 def against(verdicts: pd.DataFrame, baseline: str = "autoregressive"):
