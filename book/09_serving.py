@@ -416,9 +416,13 @@ display(Markdown("\n".join(
 # seven rows of one token cost 8 × 17 slots; packed, that step is a pass over 24 tokens. Packing is what lets each row have its
 # own K: a row whose draft is nearly sure can draft far while its neighbours draft little or nothing, and only the
 # drafted tokens are paid for. The step-cost model prices a packed step over n rows and N tokens as
-# t(n, N / n), the measured pass over n rows of N / n tokens each. A row allowed K tokens feeds only those its
-# drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a match, so the
-# model prices a row's K by the tokens it is expected to feed (how often each position was filled so far), not by K.
+# t(n, N / n), the measured pass over n rows of N / n tokens each on average. It is timed as the engine runs it:
+# packed, the rows feeding different counts (1 and 2T − 1 in turn), since a packed pass costs more than a padded
+# one of the same tokens (its attention takes the longer rows one by one), and after as many committed tokens as
+# the mix's requests typically hold, since each drafted token attends all of them. A row allowed K tokens feeds
+# only those its drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a
+# match, so the model prices a row's K by the tokens it is expected to feed (how often each position was filled so
+# far), not by K.
 # A lookup that matches proposes all of its K and one that does not proposes nothing; where each token added to a
 # pass costs more than the last (a CPU past its knee), the time of the mean feed is below the mean time, so a step is
 # priced at its expected time over what the rows may feed.
@@ -449,11 +453,13 @@ from specdec_core.study import load as ld
 grounded_ids = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded("eval", per_task=3)]
 mix = sd.prompts.traffic_mix([("chat", ids) for ids in encoded], [("grounded", ids) for ids in grounded_ids],
                              engine_share, engine_requests, seed=0)
-step_cost = StepCost.measure(pair.target, max_rows=engine_max_batch)
+step_context = StepCost.typical_context(pair.target, [(len(ids), engine_max_new_tokens) for _, ids in mix])
+step_cost = StepCost.measure(pair.target, max_rows=engine_max_batch, context=step_context)
 sc = pd.Series(step_cost.verify).unstack()
 ch.save(sc.rename_axis(index="rows", columns="tokens").reset_index(), "step_costs")
-book.show(sc / step_cost.t(1, 1), "The step-cost model: a pass over B rows (rows) of T tokens each (columns), in "
-          "one-row one-token passes, timed here at a 64-token context.", prefill=False, digits=2)
+book.show(sc / step_cost.t(1, 1), f"The step-cost model: a verify pass over B rows (rows) of T tokens each on average "
+          f"(columns; rows of 1 and 2T − 1 tokens in turn, packed), in one-row one-token passes, timed here after "
+          f"{step_context} committed tokens (the mix's median prompt and half answer).", prefill=False, digits=2)
 
 policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
 saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)

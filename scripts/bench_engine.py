@@ -106,7 +106,8 @@ def main():
     policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), args.k_ngram, args.k_suffix)
     sat = ld.saturation(target, mix, args.max_batch, args.max_new_tokens)
     print(f"autoregressive saturation: {sat:.2f} requests/s at {args.max_batch} rows")
-    step_cost = StepCost.measure(target, max_rows=args.max_batch)
+    context = StepCost.typical_context(target, [(len(ids), args.max_new_tokens) for _, ids in mix])
+    step_cost = StepCost.measure(target, max_rows=args.max_batch, context=context)
     runs = ld.load_sweep(target, mix, policies, args.loads, sat, args.max_batch, args.max_new_tokens,
                          repeats=args.repeats, step_cost=step_cost, progress=tqdm)
     ties = ld.greedy_identity(target, mix, runs, args.max_new_tokens)

@@ -124,7 +124,7 @@ def test_the_step_cost_is_timed_in_interleaved_rounds(toy):
     (the mutant order) is caught."""
     class Recording(Timer):
         def time(self, fn, *args, **kwargs):
-            timed.append(len(args[0][0]))  # the T of the pass timed
+            timed.append(sum(map(len, args[0])) // len(args[0]))  # the mean T of the pass timed
             return super().time(fn, *args, **kwargs)
 
     timed = []
@@ -132,6 +132,35 @@ def test_the_step_cost_is_timed_in_interleaved_rounds(toy):
     T = list(StepCost.TOKENS)
     assert timed == T * 3 * 2  # 2 row counts, 3 rounds each
     assert sorted(cost.verify) == sorted((b, t) for b in (1, 2) for t in T)
+
+
+def test_the_step_cost_times_packed_passes_whose_rows_feed_different_counts(toy):
+    """The engine's speculative steps are packed passes whose rows feed different counts, and a packed pass costs
+    more than a padded one of the same tokens (its attention runs the longer rows one by one): 4 rows after 200
+    tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded on the book's CPU, and the curve timed on
+    padded rows priced the engine's steps at 0.87 of what they took (4-row steps of chapter 9's mix at load 0.6).
+    So every shape of more than one row and token is timed through ``BatchLM.verify`` on rows of 1 and 2T − 1
+    tokens (mean T), which packs them; a curve timed on rows of T each (the mutant) is caught."""
+    for B in (2, 3, 4, 8):
+        for T in StepCost.TOKENS:
+            ns = StepCost.feeds(B, T)
+            assert len(ns) == B and sum(ns) == B * T and min(ns) >= 1
+            assert (len(set(ns)) > 1) == (T > 1), (B, T, ns)
+    assert StepCost.feeds(1, 9) == [9] and StepCost.feeds(4, 1) == [1] * 4
+
+    class Recording(Timer):
+        def time(self, fn, *args, **kwargs):
+            lengths.append([len(r) for r in args[0]])
+            packed.append(fn.__self__.packs and len(set(lengths[-1])) > 1)
+            return super().time(fn, *args, **kwargs)
+
+    lengths, packed = [], []
+    StepCost.measure(toy.target, max_rows=2, context=4, repeats=1, timer=Recording())
+    two = [ns for ns in lengths if len(ns) == 2]
+    assert two == [StepCost.feeds(2, T) for T in StepCost.TOKENS]
+    assert packed == [False] * len(StepCost.TOKENS) + [False] + [True] * (len(StepCost.TOKENS) - 1)
+    assert StepCost.typical_context(toy.target, [(10, 8), (30, 8), (50, 20)]) == 34  # 30 + 8 // 2
+    assert StepCost.typical_context(toy.target, [(10 ** 6, 8)]) < 10 ** 6  # within the model's positions
 
 
 def test_step_cost_prices_each_draft_position_by_its_own_acceptance():

@@ -129,8 +129,9 @@ class Engine:
     submitted requests need: the longest prompt and answer + the largest step's headroom, since a pass pads every
     row to its longest feed; a ``cache_len`` set by hand that leaves less cuts a step's K to fit). ``step_cost``: the
     :class:`StepCost` that ``k="adaptive"`` requests are chosen by (default: measured on ``target`` at the first
-    run that has one). ``step_mode``: how the batch's verify and draft passes run (:mod:`specdec_core.graphs`;
-    default eager, one pass shape per step), each request's prefill runs eager. ``commit_rule``: how many of its
+    run that has one, at its requests' :meth:`StepCost.typical_context`). ``step_mode``: how the batch's verify and
+    draft passes run (:mod:`specdec_core.graphs`; default eager, one pass shape per step), each request's prefill
+    runs eager. ``commit_rule``: how many of its
     verified tokens each row's cache keeps, from the step's verdicts (None: each row its own accepted + 1, as
     ``generate``; the tests' negative controls pass a wrong one).
 
@@ -215,7 +216,8 @@ class Engine:
         capacity = self.cache_len or (max(len(q.prompt) + q.options.max_new_tokens for q in todo)
                                       + max(headroom(q.options.method, q.options.k) for q in todo))
         if any(q.adaptive for q in todo) and self.step_cost is None:
-            self.step_cost = StepCost.measure(self.target, max_rows=self.max_batch)
+            context = StepCost.typical_context(self.target, [(len(q.prompt), q.options.max_new_tokens) for q in todo])
+            self.step_cost = StepCost.measure(self.target, max_rows=self.max_batch, context=context)
         lm = BatchLM(self.target, self.max_batch, capacity, self.step_mode)
         one = CachedLM(self.target, capacity)  # the prefill's single-sequence pass, as generate's
         groups: dict[int, RowDrafts] = {}  # one per draft model that requests share (id of the drafter given)
@@ -465,27 +467,51 @@ class StepCost:
     @classmethod
     def measure(cls, target, max_rows: int = 8, context: int = 64, repeats: int = 3,
                 objective: str = "latency", timer: Timer | None = None) -> StepCost:
-        """Median seconds of a pass over B rows of T tokens after ``context`` committed ones, for B up to
-        ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS`: one warm-up pass per shape, then ``repeats``
-        rounds over the T of each B. ``timer``: what times each pass (default a :class:`~specdec_core.record.Timer`
-        on the target's device)."""
+        """Median seconds of a step's verify pass over B rows of T tokens each on average after ``context``
+        committed ones, for B up to ``max_rows`` (and max_rows itself) and T in :attr:`TOKENS`, timed as the engine
+        runs it (:meth:`~specdec_core.serving.cache.BatchLM.verify`, rows of :meth:`feeds`): one warm-up pass per
+        shape, then ``repeats`` rounds over the T of each B. ``context``: the committed tokens a row attends, each
+        drafted token's price rising with it (the requests' typical length is the one to give). ``timer``: what
+        times each pass (default a :class:`~specdec_core.record.Timer` on the target's device)."""
         rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
-        lm = BatchLM(target, max(rows), context + max(cls.TOKENS) + 1)
+        lm = BatchLM(target, max(rows), context + 2 * max(cls.TOKENS))
         gen = torch.Generator().manual_seed(0)
         V = target.config.get_text_config().vocab_size
         lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
         timer, out = timer or Timer(next(target.parameters()).device), {}
         for B in rows:
             lm.cache.live(B)
-            feeds = {T: torch.randint(V, (B, T), generator=gen).tolist() for T in cls.TOKENS}
+            feeds = {T: [torch.randint(V, (n,), generator=gen).tolist() for n in cls.feeds(B, T)] for T in cls.TOKENS}
             for ids in feeds.values():
-                lm.forward(ids)
+                lm.verify(ids)
             times = {T: [] for T in cls.TOKENS}
             for _ in range(repeats):  # interleaved: a drift (the first passes after a prefill, say) hits every T
                 for T, ids in feeds.items():
-                    times[T].append(timer.time(lm.forward, ids)[1])
+                    times[T].append(timer.time(lm.verify, ids)[1])
             out.update({(B, T): float(np.median(ts)) for T, ts in times.items()})
         return cls(out, objective=objective)
+
+    @classmethod
+    def typical_context(cls, target, requests: list[tuple[int, int]]) -> int:
+        """The context to :meth:`measure` at for ``requests`` of (prompt tokens, max_new_tokens): the median of
+        prompt + half the answer, within what ``target``'s positions leave beside the longest measured feed."""
+        context = int(np.median([prompt + new // 2 for prompt, new in requests]))
+        positions = getattr(target.config.get_text_config(), "max_position_embeddings", None) or math.inf
+        return int(max(1, min(context, positions - 2 * max(cls.TOKENS))))
+
+    @staticmethod
+    def feeds(rows: int, tokens: int) -> list[int]:
+        """The rows' feed lengths that :meth:`measure` times for ``rows`` rows of ``tokens`` tokens on average: as
+        they are for one row or one token each; otherwise alternately 1 and 2T − 1 (the last row of an odd count
+        what makes the mean T). A speculative step's rows feed different counts (a drafting row beside decoding
+        ones, each its own K and fill), and a packed pass costs more than a padded one of the same tokens (its
+        attention runs the longer rows one by one, its cache writes scatter): on the book's CPU, 4 rows after 200
+        tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded."""
+        if rows == 1 or tokens == 1:
+            return [tokens] * rows
+        ns = [1 if r % 2 == 0 else 2 * tokens - 1 for r in range(rows)]
+        ns[-1] += rows * tokens - sum(ns)
+        return ns
 
     def t(self, rows: int, tokens):
         """Seconds of a pass over ``rows`` rows of ``tokens`` tokens (one count or an array of them): bilinear
