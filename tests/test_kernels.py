@@ -107,6 +107,37 @@ def test_attention_reads_strided_views_with_the_same_bits():
 
 
 @needs_kernel
+def test_a_packed_attention_call_gives_each_row_its_own_call_s_bits():
+    """One call over rows of 1, 5, 2 and 3 queries packed back to back (``queries``), each row over its own cache
+    row of a different length: every query the same bits as its row attended alone; the mask is that of the rows
+    padded to the longest. A count that does not match the packed queries, or a negative one, is named. Only the
+    kernel's path takes a packed call (``takes_packed``): sdpa's is handed the rows one by one."""
+    g = torch.Generator().manual_seed(4)
+    ns, lengths, S = [1, 5, 2, 3], [30, 12, 25, 7], 40
+    k, v = (torch.randn(4, 3, S, 64, generator=g) for _ in range(2))
+    rows_q = [torch.randn(1, 9, n, 64, generator=g) for n in ns]
+    T = max(ns)
+    j, t = torch.arange(S)[None, None, :], torch.arange(T)[None, :, None]
+    allowed = j <= torch.tensor(lengths)[:, None, None] + t  # [4, T, S]: each row's window, as a padded pass's
+    mask = torch.zeros(4, T, S).masked_fill_(~allowed, torch.finfo(torch.float32).min)[:, None]
+    packed = rows.attention(torch.cat(rows_q, dim=2), k, v, mask, 0.125, torch.tensor(ns))
+    alone = [rows.attention(q, k[r:r + 1], v[r:r + 1], mask[r:r + 1, :, :n], 0.125)
+             for r, (q, n) in enumerate(zip(rows_q, ns))]
+    assert packed.shape == (1, sum(ns), 9, 64) and torch.equal(packed[0], torch.cat([a[0] for a in alone]))
+    with pytest.raises(RuntimeError, match="queries sum to 11, q holds 10"):
+        rows.attention(torch.cat(rows_q, dim=2)[:, :, :10], k, v, mask, 0.125, torch.tensor(ns))
+    with pytest.raises(RuntimeError, match=">= 0"):
+        rows.attention(torch.cat(rows_q, dim=2), k, v, mask, 0.125, torch.tensor([-1, 7, 2, 3]))
+    q = torch.cat(rows_q, dim=2)
+    assert kernels.takes_packed(kernels.rows_attention.__wrapped__, q, mask)
+    assert not kernels.takes_packed(kernels.gqa_sdpa.__wrapped__, q, mask)
+    assert not kernels.takes_packed(kernels.rows_attention.__wrapped__, q.double(), mask)
+    with pytest.raises(ValueError, match="packed call"):
+        kernels.rows_attention.__wrapped__(None, q.double(), k.double(), v.double(), mask.double(),
+                                           queries=torch.tensor(ns))
+
+
+@needs_kernel
 def test_install_reaches_a_submodule_s_attention_config(smol):
     """A draft model keeps its trunk's own config: install routes that attention too, uninstall restores it."""
     from specdec_core.models.draft import DraftModel

@@ -370,18 +370,32 @@ ROWS_ATTENTION = "specdec_rows_attention"
 
 
 @_packable
-def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, queries=None,
+                   **kwargs):
     """Attention through the kernel's ``attention`` (each query row over the keys its mask leaves open, in a fixed
     order: row-invariant) for float32 CPU passes that bring a mask or hold one query; anything else (a prefill
     from an empty cache, which transformers runs unmasked as causal; dropout; another dtype) goes to
-    :func:`gqa_sdpa`."""
-    T = query.shape[2]
-    if (query.dtype != torch.float32 or query.device.type != "cpu" or dropout or _module is None
-            or query.shape[-1] % _module.LANES != 0
-            or (attention_mask is None and T > 1)):
+    :func:`gqa_sdpa`. ``queries`` (int64 ``[B]``, the kernel's path only, :func:`takes_packed`): a packed call,
+    ``query`` ``[1, heads, N, head_dim]`` holding row b's ``queries[b]`` queries back to back, the mask that of the
+    rows padded to the longest; the output is ``[1, N, heads, head_dim]``."""
+    if not _kernel_takes(query, attention_mask, dropout):
+        if queries is not None:
+            raise ValueError("rows_attention: a packed call (queries) needs the kernel's path (takes_packed)")
         return gqa_sdpa(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return _module.attention(query, key, value, attention_mask, float(scale)), None
+    return _module.attention(query, key, value, attention_mask, float(scale), queries), None
+
+
+def _kernel_takes(query, attention_mask, dropout) -> bool:
+    return not (query.dtype != torch.float32 or query.device.type != "cpu" or dropout or _module is None
+                or query.shape[-1] % _module.LANES != 0 or (attention_mask is None and query.shape[2] > 1))
+
+
+def takes_packed(attend, query, attention_mask, dropout=0.0) -> bool:
+    """Whether ``attend`` (the attention function a packed call was handed, :data:`PACKED_ATTENTION`) takes all of
+    a packed pass's rows in one call, their queries as they are (``queries``: each row's count): the rows kernel's
+    path, which gives each query the same bits as any other call would."""
+    return attend is rows_attention.__wrapped__ and _kernel_takes(query, attention_mask, dropout)
 
 
 @functools.cache

@@ -151,7 +151,10 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::opti
 // capacity or the other queries' masks. q, k and v are read through their strides (no copy of the cache's first S
 // positions per layer), a boolean mask directly; the weighted sum of values keeps up to 8 vector accumulators side
 // by side (one per slice of the head), each summing over the kept keys in increasing order, so the passes' latency
-// chains overlap and every output lane is summed in the same order as by one accumulator.
+// chains overlap and every output lane is summed in the same order as by one accumulator. Packed (queries given):
+// q [1, H, N, D] holds row b's queries[b] queries back to back (a packed pass's rows, each its own length), the
+// mask is [B, 1, max(queries), >= S] as for those rows padded to the longest, and the output is [1, N, H, D]: one
+// call for every row, no padding computed or copied.
 namespace {
 
 // e^x for a vector: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n
@@ -205,12 +208,35 @@ inline float hsum(vec v) {  // the same fixed tree of adds over the lanes for ev
 }  // namespace
 
 torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> mask,
-                        double scale) {
+                        double scale, c10::optional<torch::Tensor> queries) {
   TORCH_CHECK(q.scalar_type() == torch::kFloat && k.scalar_type() == torch::kFloat && v.scalar_type() == torch::kFloat
               && q.device().is_cpu(), "rows.attention: float32 CPU tensors only");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(), "rows.attention: q [B, H, T, D], k and v [B, Hkv, S, D]");
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hk = k.size(1), S = k.size(2);
-  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hk > 0 && H % Hk == 0 && D % L == 0,
+  const bool packed = queries.has_value() && queries->defined();
+  const int64_t B = k.size(0), H = q.size(1), D = q.size(3), Hk = k.size(1), S = k.size(2);
+  // packed: q [1, H, N, D] holds row b's queries[b] queries back to back; at[i] = b * T + t of its i-th query
+  int64_t T = q.size(2), N = 0;
+  std::vector<int64_t> at;
+  if (packed) {
+    TORCH_CHECK(queries->dim() == 1 && queries->size(0) == B && queries->scalar_type() == torch::kLong
+                && q.size(0) == 1,
+                "rows.attention: queries must be int64 [B] (row b's queries back to back in q [1, H, N, D])");
+    const auto Qn = queries->contiguous();
+    const int64_t* Qr = Qn.data_ptr<int64_t>();
+    T = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      TORCH_CHECK(Qr[b] >= 0, "rows.attention: queries must be >= 0");
+      T = std::max(T, Qr[b]);
+      N += Qr[b];
+    }
+    TORCH_CHECK(N == q.size(2), "rows.attention: queries sum to ", N, ", q holds ", q.size(2));
+    at.reserve(N);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Qr[b]; ++t) at.push_back(b * T + t);
+  } else {
+    TORCH_CHECK(q.size(0) == B, "rows.attention: q and k hold different batch sizes");
+  }
+  TORCH_CHECK(k.size(3) == D && Hk > 0 && H % Hk == 0 && D % L == 0,
               "rows.attention: shapes do not match (head size must be a multiple of ", L, ")");
   // q, k and v are read through their strides (a head-major view of the projections, the cache's first S
   // positions): only the head dimension must be contiguous
@@ -231,7 +257,10 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
     mb = Mk.size(0) == 1 ? 0 : Mk.stride(0);
     mt = Mk.stride(2);
   }
-  auto out = torch::empty({B, T, H, D}, q.options());
+  // the items: each (row, head, query), or packed each (query, head), so that the threads share the real queries
+  // evenly whatever the rows' lengths
+  auto out = packed ? torch::empty({1, N, H, D}, q.options()) : torch::empty({B, T, H, D}, q.options());
+  const int64_t items = packed ? N * H : B * H * T;
   const float *Qp = Q.data_ptr<float>(), *Kp = Kc.data_ptr<float>(), *Vp = Vc.data_ptr<float>();
   const int64_t qb = Q.stride(0), qh = Q.stride(1), qt = Q.stride(2);
   const int64_t kb_ = Kc.stride(0), kh = Kc.stride(1), ks = Kc.stride(2);
@@ -240,12 +269,17 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
   const int64_t G = H / Hk;
   const float sc = float(scale), blocked = -1e30f;
   constexpr int CH = 8;  // value chunks accumulated side by side (independent chains, each over s in order)
-  at::parallel_for(0, B * H * T, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> score(S + L);
     std::vector<int64_t> keep(S);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / (H * T), h = (item / T) % H, t = item % T;
-      const float* qr = Qp + b * qb + h * qh + t * qt;
+      int64_t b, h, t, row;  // row: the query's place in q and out (packed: its index among the N)
+      if (packed) {
+        row = item / H, h = item % H, b = at[row] / T, t = at[row] % T;
+      } else {
+        b = item / (H * T), h = (item / T) % H, t = item % T, row = b * T + t;
+      }
+      const float* qr = Qp + (packed ? row * qt : b * qb + t * qt) + h * qh;
       const float* kb = Kp + b * kb_ + (h / G) * kh;
       const float* vb = Vp + b * vb_ + (h / G) * vh;
       const int64_t mrow = b * mb + t * mt;
@@ -266,7 +300,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
         keep[n++] = s;
         mx = std::max(mx, x);
       }
-      float* o = Op + ((b * T + t) * H + h) * D;
+      float* o = Op + (row * H + h) * D;
       if (n == 0) {  // a fully masked row (padding): zeros, as a softmax over nothing has no value
         std::fill(o, o + D, 0.0f);
         continue;
@@ -298,7 +332,9 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attention", &attention, "attention of each query row over the keys its mask leaves open, row-invariant");
+  m.def("attention", &attention, "attention of each query row over the keys its mask leaves open, row-invariant",
+        pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("mask"), pybind11::arg("scale"),
+        pybind11::arg("queries") = pybind11::none());
   m.def("pack", &pack, "weights [N, K] packed into column blocks for rows.linear");
   m.def("linear", &linear, "few-row matrix product against packed weights, row-invariant");
   m.attr("ISA") = ISA;
