@@ -417,9 +417,10 @@ display(Markdown("\n".join(
 # own K: a row whose draft is nearly sure can draft far while its neighbours draft little or nothing, and only the
 # drafted tokens are paid for. The step-cost model prices a packed step over n rows and N tokens as
 # t(n, N / n), the measured pass over n rows of N / n tokens each on average. It is timed as the engine runs it:
-# packed, the rows feeding different counts (1 and 2T − 1 in turn), since a packed pass costs more than a padded
-# one of the same tokens (its attention takes the longer rows one by one), and after as many committed tokens as
-# the mix's requests typically hold, since each drafted token attends all of them. A row allowed K tokens feeds
+# packed, the rows feeding different counts (1 and 2T − 1 in turn), since a packed pass need not cost what a
+# padded one of the same tokens does (the rows kernel attends a packed pass in one call, torch's attention takes
+# its longer rows one call each), and after as many committed tokens as the mix's requests typically hold, since
+# each drafted token attends all of them. A row allowed K tokens feeds
 # only those its drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a
 # match, so the model prices a row's K by the tokens it is expected to feed (how often each position was filled so
 # far), not by K.

@@ -135,12 +135,13 @@ def test_the_step_cost_is_timed_in_interleaved_rounds(toy):
 
 
 def test_the_step_cost_times_packed_passes_whose_rows_feed_different_counts(toy):
-    """The engine's speculative steps are packed passes whose rows feed different counts, and a packed pass costs
-    more than a padded one of the same tokens (its attention runs the longer rows one by one): 4 rows after 200
-    tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded on the book's CPU, and the curve timed on
-    padded rows priced the engine's steps at 0.87 of what they took (4-row steps of chapter 9's mix at load 0.6).
-    So every shape of more than one row and token is timed through ``BatchLM.verify`` on rows of 1 and 2T − 1
-    tokens (mean T), which packs them; a curve timed on rows of T each (the mutant) is caught."""
+    """The engine's speculative steps are packed passes whose rows feed different counts, and a packed pass need not
+    cost what a padded one of the same tokens does (torch's attention takes the longer rows one call each: 4 rows
+    after 200 tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded on the book's CPU before the rows
+    kernel's packed call); the curve timed on padded rows after 64 tokens priced the engine's steps at 0.87 of what
+    they took (4-row steps of chapter 9's mix at load 0.6). So every shape of more than one row and token is timed
+    through ``BatchLM.verify`` on rows of 1 and 2T − 1 tokens (mean T), which packs them; a curve timed on rows of
+    T each (the mutant) is caught."""
     for B in (2, 3, 4, 8):
         for T in StepCost.TOKENS:
             ns = StepCost.feeds(B, T)

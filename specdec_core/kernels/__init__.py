@@ -338,8 +338,10 @@ def choose(model: torch.nn.Module, mode: str | None = None, quiet: bool = False,
 GQA_SDPA = "specdec_gqa_sdpa"
 
 # A pass that packs several sequences' tokens into one (serving.cache.BatchLM: every row's feed back to back, no
-# padding) sets this to the function that unpacks the queries and attends row by row; the two attention functions
-# below hand it their call, and it calls them back, unpacked, with this unset. Unset, they are what they say.
+# padding) sets this to the function that attends each row's queries to that row's keys; the two attention
+# functions below hand it their call, and it calls them back with this unset: the kernel's once, packed
+# (takes_packed), sdpa's unpacked (every row's first queries at once, then each longer row's others). Unset, they
+# are what they say.
 PACKED_ATTENTION: ContextVar = ContextVar("specdec_packed_attention", default=None)
 
 

@@ -16,9 +16,9 @@ computed and discarded). Rows that come and go (:class:`~specdec_core.serving.en
 narrowed to the live ones (:meth:`BatchKVCache.live`, :meth:`~BatchKVCache.place`, :meth:`~BatchKVCache.move`).
 
 Verify passes over rows of different lengths are *packed* (:meth:`BatchLM.verify`): the rows' tokens run back to
-back as one sequence ``[1, N]``, each written at its own row and slot, and attention unpacks them row by row
-(:class:`_Packing`), so the linear layers and the LM head see no padding (vLLM's flattened batch). The cache layout
-is the same.
+back as one sequence ``[1, N]``, each written at its own row and slot, and each query attends its own row's keys
+(:class:`_Packing`: the rows kernel in one call, torch's attention a call per longer row), so the linear layers
+and the LM head see no padding (vLLM's flattened batch). The cache layout is the same.
 
 Static steps (:mod:`specdec_core.graphs`): a :class:`BatchLM` in mode ``"static"`` or ``"graph"`` runs its passes
 after the prefill with static shapes: the ids, positions, slots ``[B, T]`` and mask ``[B, 1, T, capacity]`` are
@@ -365,7 +365,7 @@ class BatchLM:
         """Row r's tokens after its committed ones, in one pass; returns row r's logits ``[len(rows[r]), V]`` for each
         row, and commits ``commit[r]`` of its tokens (default none). Rows of different lengths are *packed*
         (:attr:`packs`: eager passes whose attention can take it): their tokens run back to back as one sequence, so
-        the pass's linear layers and LM head see only real tokens, and attention unpacks them row by row
+        the pass's linear layers and LM head see only real tokens, and each query attends its own row's keys
         (:class:`_Packing`). A pass with one row of 1 token and seven of 33 costs what 232 tokens cost, not 264, and
         one with a row of 33 and seven of 1 what 40 cost, not 264. Otherwise the rows are right-padded to the
         longest (:meth:`forward`). Either way the cache keeps the padded layout: each row writes at its own length,

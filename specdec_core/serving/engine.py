@@ -504,9 +504,10 @@ class StepCost:
         """The rows' feed lengths that :meth:`measure` times for ``rows`` rows of ``tokens`` tokens on average: as
         they are for one row or one token each; otherwise alternately 1 and 2T − 1 (the last row of an odd count
         what makes the mean T). A speculative step's rows feed different counts (a drafting row beside decoding
-        ones, each its own K and fill), and a packed pass costs more than a padded one of the same tokens (its
-        attention runs the longer rows one by one, its cache writes scatter): on the book's CPU, 4 rows after 200
-        tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded."""
+        ones, each its own K and fill), so its pass is packed, and a packed pass need not cost what a padded one of
+        the same tokens does: torch's attention takes the longer rows one call each (on the book's CPU, 4 rows after
+        200 tokens, 12 tokens cost 1.20 one-token passes packed and 1.12 padded, before the rows kernel took a
+        packed pass in one call)."""
         if rows == 1 or tokens == 1:
             return [tokens] * rows
         ns = [1 if r % 2 == 0 else 2 * tokens - 1 for r in range(rows)]
