@@ -131,9 +131,8 @@ class Engine:
     :class:`StepCost` that ``k="adaptive"`` requests are chosen by (default: measured on ``target`` at the first
     run that has one, at its requests' :meth:`StepCost.typical_context`). ``step_mode``: how the batch's verify and
     draft passes run (:mod:`specdec_core.graphs`; default eager, one pass shape per step), each request's prefill
-    runs eager. ``commit_rule``: how many of its
-    verified tokens each row's cache keeps, from the step's verdicts (None: each row its own accepted + 1, as
-    ``generate``; the tests' negative controls pass a wrong one).
+    runs eager. ``commit_rule``: how many of its verified tokens each row's cache keeps, from the step's verdicts
+    (None: each row its own accepted + 1, as ``generate``; the tests' negative controls pass a wrong one).
 
     ``speculate_after_prefill`` (a class attribute, False): whether adaptive rows may speculate on the step right
     after an admission (module docstring); the law tests set it on an instance to see K vary on every step."""
