@@ -420,10 +420,9 @@ display(Markdown("\n".join(
 # packed, the rows feeding different counts (1 and 2T − 1 in turn), since a packed pass need not cost what a
 # padded one of the same tokens does (the rows kernel attends a packed pass in one call, torch's attention takes
 # its longer rows one call each), and after as many committed tokens as the mix's requests typically hold, since
-# each drafted token attends all of them. A row allowed K tokens feeds
-# only those its drafter proposes: a model draft all K, prompt lookup or the suffix drafter only where they find a
-# match, so the model prices a row's K by the tokens it is expected to feed (how often each position was filled so
-# far), not by K.
+# each drafted token attends all of them. A row allowed K tokens feeds only those its drafter proposes: a model
+# draft all K, prompt lookup or the suffix drafter only where they find a match, so the model prices a row's K by
+# the tokens it is expected to feed (how often each position was filled so far), not by K.
 # A lookup that matches proposes all of its K and one that does not proposes nothing; where each token added to a
 # pass costs more than the last (a CPU past its knee), the time of the mean feed is below the mean time, so a step is
 # priced at its expected time over what the rows may feed.

@@ -28,6 +28,7 @@ whole slab under the same mask as the eager window's (every slot past it blocked
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -203,47 +204,52 @@ class _Packing:
     """Where a packed pass's tokens sit: row r's ``ns[r]`` tokens back to back from ``offsets[r]``, after its
     ``lengths[r]`` committed ones. :meth:`attend` is what the attention functions hand a packed call to
     (:data:`~specdec_core.kernels.PACKED_ATTENTION`). Where the attention is the rows kernel's
-    (:func:`~specdec_core.kernels.takes_packed`), every row's queries attend in one call, packed as they are, each
-    over its own row's keys; otherwise the first ``min(ns)`` queries of every row attend in one
-    batched call, as a padded pass of that length would, and each longer row's other queries attend its own keys
-    alone. Either way no query is padding, and each row's window ends at its own last token. On the book's CPU the
-    one call took a packed pass after about 200 tokens over 8 rows of 1 to 5 tokens (24 in all) from 35.7 to 32.6
-    ms, over rows of 1 and 5 in turn from 34.2 to 31.7 (8 rows of 3, padded: 31.6)."""
+    (:func:`~specdec_core.kernels.takes_packed`), every row's queries attend in one call, packed as they are, each over
+    its own row's keys; otherwise the first ``min(ns)`` queries of every row attend in one batched call, as a padded
+    pass of that length would, and each longer row's other queries attend its own keys alone. Either way no query is
+    padding, and each row's window ends at its own last token. On the book's CPU the one call took a packed pass after
+    about 200 tokens over 8 rows of 1 to 5 tokens (24 in all) from 35.7 to 32.6 ms, over rows of 1 and 5 in turn from
+    34.2 to 31.7 (8 rows of 3, padded: 31.6)."""
 
     def __init__(self, ns: list[int], lengths: list[int], device):
-        self.ns, self.lengths, self.first, self.device = ns, lengths, min(ns), device
+        self.ns, self.lengths, self.device = ns, lengths, device
         self.offsets = [sum(ns[:r]) for r in range(len(ns))]
-        self.head = torch.tensor([o + t for o in self.offsets for t in range(self.first)], device=device)
-        self.long = [r for r, n in enumerate(ns) if n > self.first]
-        self._counts = None  # the rows' query counts as a tensor (the kernel's packed call)
 
     def attend(self, attend, module, query, key, value, mask, **kwargs):
         token = PACKED_ATTENTION.set(None)  # the calls below are unpacked
         try:
             if takes_packed(attend, query, mask, kwargs.get("dropout", 0.0)):
-                return self._attend_packed(attend, module, query, key, value, mask, **kwargs)
-            B, T0 = len(self.ns), self.first
-            out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])  # [1, N, heads, head_dim]
-            end = max(self.lengths) + T0
-            q = query[0][:, self.head].unflatten(1, (B, T0)).transpose(0, 1)  # [B, heads, T0, head_dim]
-            o, _ = attend(module, q, key[:, :, :end], value[:, :, :end], mask[:, :, :T0, :end], **kwargs)
-            out[0, self.head] = o.flatten(0, 1)
-            for r in self.long:
-                a, n, end = self.offsets[r], self.ns[r], self.lengths[r] + self.ns[r]
-                o, _ = attend(module, query[:, :, a + T0:a + n], key[r:r + 1, :, :end], value[r:r + 1, :, :end],
-                              mask[r:r + 1, :, T0:n, :end], **kwargs)
-                out[0, a + T0:a + n] = o[0]
-            return out, None
+                T, end = max(self.ns), max(self.lengths) + max(self.ns)
+                return attend(module, query, key[:, :, :end], value[:, :, :end], mask[:, :, :T, :end],
+                              queries=self.counts, **kwargs)
+            return self._attend_by_rows(attend, module, query, key, value, mask, **kwargs)
         finally:
             PACKED_ATTENTION.reset(token)
 
-    def _attend_packed(self, attend, module, query, key, value, mask, **kwargs):
-        """Every row's queries in one call, packed as they come (``queries``: each row's count)."""
-        if self._counts is None:  # once a pass, for every layer
-            self._counts = torch.tensor(self.ns, device=self.device)
-        end = max(self.lengths) + max(self.ns)
-        return attend(module, query, key[:, :, :end], value[:, :, :end], mask[:, :, :max(self.ns), :end],
-                      queries=self._counts, **kwargs)
+    @functools.cached_property
+    def counts(self) -> torch.Tensor:
+        """The rows' query counts, once a pass for every layer (the kernel's packed call)."""
+        return torch.tensor(self.ns, device=self.device)
+
+    @functools.cached_property
+    def head(self) -> torch.Tensor:
+        """Where every row's first ``min(ns)`` queries sit, once a pass for every layer (the unpacked calls)."""
+        return torch.tensor([o + t for o in self.offsets for t in range(min(self.ns))], device=self.device)
+
+    def _attend_by_rows(self, attend, module, query, key, value, mask, **kwargs):
+        """Every row's first ``min(ns)`` queries in one batched call, then each longer row's others alone."""
+        B, T0 = len(self.ns), min(self.ns)
+        out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])  # [1, N, heads, head_dim]
+        end = max(self.lengths) + T0
+        q = query[0][:, self.head].unflatten(1, (B, T0)).transpose(0, 1)  # [B, heads, T0, head_dim]
+        o, _ = attend(module, q, key[:, :, :end], value[:, :, :end], mask[:, :, :T0, :end], **kwargs)
+        out[0, self.head] = o.flatten(0, 1)
+        for r in [r for r, n in enumerate(self.ns) if n > T0]:
+            a, n, end = self.offsets[r], self.ns[r], self.lengths[r] + self.ns[r]
+            o, _ = attend(module, query[:, :, a + T0:a + n], key[r:r + 1, :, :end], value[r:r + 1, :, :end],
+                          mask[r:r + 1, :, T0:n, :end], **kwargs)
+            out[0, a + T0:a + n] = o[0]
+        return out, None
 
 
 class BatchLM:

@@ -438,6 +438,7 @@ class StepCost:
     PRIOR_TESTS = 4
     ROWS = (1, 2, 4, 8, 16, 32)
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
+    LONGEST_FEED = 2 * TOKENS[-1] - 1  # the longest row :meth:`measure` times (:meth:`feeds`)
 
     OBJECTIVES = ("latency", "throughput")
     SETTLED, OUTLIER = 16, 10.0  # a drafting step counts at most OUTLIER × the last SETTLED steps' median price
@@ -473,7 +474,7 @@ class StepCost:
         drafted token's price rising with it (the requests' typical length is the one to give). ``timer``: what
         times each pass (default a :class:`~specdec_core.record.Timer` on the target's device)."""
         rows = sorted({b for b in cls.ROWS if b < max_rows} | {max_rows})
-        lm = BatchLM(target, max(rows), context + 2 * max(cls.TOKENS))
+        lm = BatchLM(target, max(rows), context + cls.LONGEST_FEED)
         gen = torch.Generator().manual_seed(0)
         V = target.config.get_text_config().vocab_size
         lm.prefill(torch.randint(V, (max(rows), context), generator=gen).tolist())
@@ -496,7 +497,7 @@ class StepCost:
         prompt + half the answer, within what ``target``'s positions leave beside the longest measured feed."""
         context = int(np.median([prompt + new // 2 for prompt, new in requests]))
         positions = getattr(target.config.get_text_config(), "max_position_embeddings", None) or math.inf
-        return int(max(1, min(context, positions - 2 * max(cls.TOKENS))))
+        return int(max(1, min(context, positions - cls.LONGEST_FEED)))
 
     @staticmethod
     def feeds(rows: int, tokens: int) -> list[int]:
