@@ -209,11 +209,55 @@ def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
     assert cost.best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
 
     class AllowedIsFed(StepCost):  # the mutant
-        def _expected(self, rows):
-            G, F = super()._expected(rows)
+        def _expected(self, rows, pools=None):
+            G, F = super()._expected(rows, pools)
             return G, np.ones_like(F)  # every allowed position fed
 
     assert AllowedIsFed(steep, draft_cost=0.01).best_k([lookup]) == 0
+
+
+def test_a_row_s_prior_pools_only_the_rows_of_its_own_drafter():
+    """A row with no steps yet is priced by its pool's rows. Beside a grounded row whose copied spans are accepted
+    whole (16 of 16 every step), a new chat row of another drafter starts from the prior (fill 1, each position
+    accepted with chance 0.5: about 2 tokens at K = 8) and drafts shorter than a new row of the grounded row's own
+    drafter, which starts from that row's acceptance. The mutant that pools every live row prices the chat row as
+    if it were grounded, and is caught; pools of the wrong length are refused."""
+    cost = StepCost(COSTS, draft_cost=0.02)
+    rows = [_row(16, 16, steps=20), _row(0, 0, steps=0), _row(0, 0, steps=0)]
+    pools = ["suffix", "ngram", "suffix"]
+    G = cost.gains(rows, pools)
+    assert G[1, 8] == pytest.approx(1 + sum(0.5 ** i for i in range(1, 9)))
+    assert G[2, 8] > 6 and G[0, 8] > 8
+    ks = cost.best_ks(rows, pools=pools)
+    assert ks[1] < ks[2], ks
+
+    class OnePool(StepCost):  # the mutant: every live row in one pool
+        def _expected(self, rows, pools=None):
+            return super()._expected(rows, None)
+
+    assert OnePool(COSTS, draft_cost=0.02).gains(rows, pools)[1, 8] > 6
+    with pytest.raises(ValueError, match="one pool per row"):
+        cost.gains(rows, pools[:2])
+
+
+def test_the_engine_pools_rows_by_the_drafter_and_method_they_were_submitted_with(toy16):
+    """Rows share a prior when submitted with one drafter object and method: two n-gram drafters make two pools,
+    and a request of the same drafter under another method a third."""
+    seen = []
+
+    class Recording(StepCost):
+        def best_ks(self, rows, packed=True, pools=None):
+            seen.append(list(pools))
+            return super().best_ks(rows, packed, pools)
+
+    e = Engine(toy16.target, max_batch=4, step_cost=Recording(COSTS, draft_cost=0.0))
+    a, b = sd.NGramDrafter(), sd.NGramDrafter()
+    prompt = list(range(3, 11)) * 2
+    for drafter, method in ((a, "linear"), (a, "linear"), (b, "linear"), (a, "parallel")):
+        e.submit(prompt, drafter=drafter, method=method, k="adaptive", max_new_tokens=6)
+    assert not any(r.error for r in e.run())
+    first = seen[0]
+    assert len(first) == 4 and first[0] == first[1] and len(set(first)) == 3, first
 
 
 def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed():
@@ -277,9 +321,9 @@ def test_the_price_of_a_drafted_token_counts_only_the_steps_that_drafted(toy):
     again. Rows held at K = 0 for 10 steps, then free to choose: nothing is priced while they are held (the mutant
     that observes every step prices the first 10), and they speculate afterwards."""
     class HeldFirst(StepCost):
-        def best_ks(self, rows, packed=True):
+        def best_ks(self, rows, packed=True, pools=None):
             self.calls = getattr(self, "calls", 0) + 1
-            return [0] * len(rows) if self.calls <= 10 else super().best_ks(rows, packed)
+            return [0] * len(rows) if self.calls <= 10 else super().best_ks(rows, packed, pools)
 
     cost = HeldFirst(COSTS)
     e = Engine(toy.target, max_batch=2, step_cost=cost)

@@ -100,6 +100,7 @@ class _Request:
     adaptive: bool
     k_max: int
     result: EngineResult
+    pool: tuple  # (method, drafter given): the rows whose acceptance is this row's prior (StepCost, pools)
     seq: list[int] = field(default_factory=list)
     done: bool = False
 
@@ -184,7 +185,8 @@ class Engine:
                           **({} if rule is None else {"rule": rule}))
         i = len(self.requests)
         self.requests.append(_Request(i, prompt.tolist(), float(arrival_s), options, phases, eos_ids(self.target),
-                                      adaptive, k_max, EngineResult([], Stats(method), arrival_s=float(arrival_s))))
+                                      adaptive, k_max, EngineResult([], Stats(method), arrival_s=float(arrival_s)),
+                                      (method, drafter)))
         return i
 
     # -- run ------------------------------------------------------------------------------------------------
@@ -381,7 +383,7 @@ class Engine:
         if stalled and not self.speculate_after_prefill:
             return [0 if q.adaptive else q.k_max for q in live]
         return self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
-                                      packed=packed)
+                                      packed=packed, pools=[q.pool for q in live])
 
     def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
         q.done = True
@@ -432,7 +434,9 @@ class StepCost:
     input-grounded request) is accepted all or nothing, so its first token is the doubtful one and the later ones
     are nearly sure, which one α would price as if each were as doubtful as the first. Positions are pooled in
     octaves (1, 2, 3-4, 5-8, …), and each octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards the
-    live rows' pooled ones, those towards the octave before (fill 1 and acceptance 0.5 before any step)."""
+    live rows' pooled ones, those towards the octave before (fill 1 and acceptance 0.5 before any step). The live
+    rows pooled are those of the row's pool (``pools``: the engine's rows that were submitted with one drafter and
+    method share one), since a chat request's prompt lookup says little of what a grounded request's copy will do."""
 
     K_MAX = 32
     PRIOR_TESTS = 4
@@ -588,20 +592,26 @@ class StepCost:
         at = self._octave_of  # an i-th proposal needs an (i-1)-th, an i-th acceptance too
         return np.minimum.accumulate(np.array(fill)[at]), np.cumprod(np.array(rate)[at])
 
-    def gains(self, rows: list[tuple[Stats, list[int], int | None]]) -> np.ndarray:
+    def gains(self, rows: list[tuple[Stats, list[int], int | None]], pools: list | None = None) -> np.ndarray:
         """``[rows, K_MAX + 1]``: the tokens each live row is expected to add at each K, ``1 + P_1 + … + P_K``.
         ``rows``: each live row's record, the K it was allowed at each step so far, and its own fixed K (0:
-        autoregressive) or None for an adaptive row."""
-        return self._expected(rows)[0]
+        autoregressive) or None for an adaptive row. ``pools``: each row's pool (any hashable; rows with equal ones
+        share their prior, class docstring), or None for one pool of every row."""
+        return self._expected(rows, pools)[0]
 
-    def _expected(self, rows) -> tuple[np.ndarray, np.ndarray]:
+    def _expected(self, rows, pools=None) -> tuple[np.ndarray, np.ndarray]:
         """``[rows, K_MAX + 1]``: the tokens each row is expected to add at each K (:meth:`gains`); ``[rows,
         K_MAX]``: its fills F (:meth:`fill`), from which its expected feed follows (:meth:`_upto_k`)."""
+        if pools is not None and len(pools) != len(rows):
+            raise ValueError(f"pools must give one pool per row ({len(rows)}), got {len(pools)}")
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
-        pooled = sum(tallies)
-        F, A = map(np.array, zip(*(self._rates(c, pooled) for c in tallies)))  # [rows, K_MAX] each
+        pools = [0] * len(rows) if pools is None else pools
+        pooled: dict = {}
+        for pool, c in zip(pools, tallies):
+            pooled[pool] = pooled.get(pool, 0) + c
+        F, A = map(np.array, zip(*(self._rates(c, pooled[p]) for c, p in zip(tallies, pools))))  # [rows, K_MAX] each
         return 1.0 + self._upto_k(F * A), F  # K = 0: one token
 
     @staticmethod
@@ -610,26 +620,27 @@ class StepCost:
         of the fills F, the draft tokens a row is expected to feed; of F · A, the tokens it adds past one."""
         return np.hstack([np.zeros((len(x), 1)), np.cumsum(x, axis=1)])
 
-    def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True) -> list[int]:
-        """Each live row's K this step (``rows`` as :meth:`gains`; fixed rows keep theirs): the choice that maximizes
-        the :attr:`objective` (class docstring). ``packed``: the verify pass costs what its tokens cost
-        (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the longest
-        feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each price
-        λ of a drafted token, each row's K maximizing its own ``gain(K) − λ K`` (the throughput objective's
-        frontier) and ``log gain(K) − λ K`` (the latency one's), so a row whose draft is nearly sure drafts long while
-        its neighbours, whose next token is a coin toss, draft little or nothing."""
-        return self._best(rows, packed, per_row=True).tolist()
+    def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True,
+                pools: list | None = None) -> list[int]:
+        """Each live row's K this step (``rows`` and ``pools`` as :meth:`gains`; fixed rows keep theirs): the choice
+        that maximizes the :attr:`objective` (class docstring). ``packed``: the verify pass costs what its tokens
+        cost (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the
+        longest feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each
+        price λ of a drafted token, each row's K maximizing its own ``gain(K) − λ K`` (the throughput objective's
+        frontier) and ``log gain(K) − λ K`` (the latency one's), so a row whose draft is nearly sure drafts long
+        while its neighbours, whose next token is a coin toss, draft little or nothing."""
+        return self._best(rows, packed, per_row=True, pools=pools).tolist()
 
-    def best_k(self, rows: list[tuple[Stats, list[int], int | None]]) -> int:
-        """One K for every adaptive row (``rows`` as :meth:`gains`), every row paying the longest feed: the rule of
-        a padded pass, and of vLLM's one K per batch size (0 when no row is adaptive)."""
-        ks = self._best(rows, packed=False, per_row=False)
+    def best_k(self, rows: list[tuple[Stats, list[int], int | None]], pools: list | None = None) -> int:
+        """One K for every adaptive row (``rows`` and ``pools`` as :meth:`gains`), every row paying the longest feed:
+        the rule of a padded pass, and of vLLM's one K per batch size (0 when no row is adaptive)."""
+        ks = self._best(rows, packed=False, per_row=False, pools=pools)
         return next((int(k) for k, (_, _, fixed) in zip(ks, rows) if fixed is None), 0)
 
-    def _best(self, rows, packed: bool, per_row: bool) -> np.ndarray:
+    def _best(self, rows, packed: bool, per_row: bool, pools=None) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        G, F = self._expected(rows)
+        G, F = self._expected(rows, pools)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
