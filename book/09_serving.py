@@ -434,8 +434,10 @@ display(Markdown("\n".join(
 # requests: every policy and round replays the same requests); *per class* (suffix for input-grounded requests,
 # prompt lookup for chat, chosen from what is known before decoding); and *load-adaptive*, the same drafters with
 # `k="adaptive"`: each step the engine chooses each adaptive row's own K, 0 included, from a step-cost model
-# t(rows, tokens) measured first, each row's running acceptance at each draft position (a row with few steps yet
-# borrows from the live rows of its own drafter: a chat row's prompt lookup says little of a grounded row's copies),
+# t(rows, tokens) measured first, each row's running acceptance at each draft position (its recent steps weighing
+# more, since a request's acceptance drifts as it decodes: prompt lookup finds more of an answer that repeats
+# itself, copies come in spans; a row with few steps yet borrows from the live rows of its own drafter, since a chat
+# row's prompt lookup says little of a grounded row's copies),
 # and the drafters' running time per drafted token (SmartSpec's rule with a K per row,
 # `sd.serving.StepCost.best_ks`). What it maximizes is
 # not the batch's tokens per second, SmartSpec's objective, but the product of the rows' expected rates: the lowest

@@ -106,6 +106,12 @@ def _row(accepted, drafted, steps=10, allowed=None):
     return s, [allowed or max(drafted)] * steps, None
 
 
+class Stationary(StepCost):
+    """Every step of a row weighs alike (``DECAY = 1``): the tests of the per-position model read drafters whose
+    acceptance does not drift, so its running rates are their long-run ones, not those of the last few steps."""
+    DECAY = 1.0
+
+
 def test_step_cost_chooses_k_by_acceptance_and_load():
     """K grows with the rows' acceptance, falls to 0 at none, and shrinks as more rows share the pass."""
     cost = StepCost(COSTS, draft_cost=0.1)
@@ -170,7 +176,7 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     span's end where passes are cheap, not at all where each drafted token costs a quarter pass (0.2 tokens bought
     for 0.25 passes). The mutant with one α over all its tests (0.67, SmartSpec's running rate) prices the first
     token at 0.67 and speculates there."""
-    cost = StepCost(COSTS, draft_cost=0.02)
+    cost = Stationary(COSTS, draft_cost=0.02)
     rng = np.random.default_rng(0)
     geometric = _row([int(rng.geometric(0.4)) - 1 for _ in range(400)], 12, steps=400)
     c = cost.counts(*geometric[:2])
@@ -181,9 +187,9 @@ def test_step_cost_prices_each_draft_position_by_its_own_acceptance():
     assert np.allclose(p[:8], 0.2, atol=0.02) and p[8:16].max() < 0.05, p[:16]
     assert cost.best_k([burst]) >= 8  # past its span it proposes (so feeds) almost nothing: a longer K is no dearer
     steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
-    assert StepCost(steep, draft_cost=0.0).best_k([burst]) == 0
+    assert Stationary(steep, draft_cost=0.0).best_k([burst]) == 0
 
-    class OneAlpha(StepCost):  # the mutant: one rate for every position, fill as measured
+    class OneAlpha(Stationary):  # the mutant: one rate for every position, fill as measured
         def _rates(self, c, pooled):
             alpha = c[3].sum() / c[2].sum()
             fill = c[1] / np.maximum(c[0], 1)
@@ -200,7 +206,7 @@ def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
     often (the burst row of the test above) buys the same tokens for 3 passes and does not draft. The mutant prices
     every allowed position as fed, and chooses K = 0 for the lookup too."""
     steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
-    cost = StepCost(steep, draft_cost=0.01)
+    cost = Stationary(steep, draft_cost=0.01)
     lookup = _row([8, 0, 0, 0], [8, 0, 0, 0], steps=100, allowed=16)
     c = cost.counts(*lookup[:2])
     fill = cost.fill(c, c)
@@ -208,12 +214,26 @@ def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
     assert cost.best_k([lookup]) >= 8 and cost.best_ks([lookup])[0] >= 8
     assert cost.best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
 
-    class AllowedIsFed(StepCost):  # the mutant
+    class AllowedIsFed(Stationary):  # the mutant
         def _expected(self, rows, pools=None):
             G, F = super()._expected(rows, pools)
             return G, np.ones_like(F)  # every allowed position fed
 
     assert AllowedIsFed(steep, draft_cost=0.01).best_k([lookup]) == 0
+
+
+def test_a_row_s_acceptance_follows_its_recent_steps():
+    """A request's acceptance drifts (prompt lookup finds more of the output as it grows; a copy runs in spans). A row
+    that accepted nothing of 4 drafted tokens for 40 steps and then all 4 for 10 is priced near its recent rate: its
+    first position above 0.6, so it drafts where each drafted token costs a quarter pass, and one that never accepted
+    does not. The mutant that weighs every step alike (``Stationary``) prices it at a fifth, and does not draft."""
+    steep = {(1, t): 1.0 + 0.25 * (t - 1) for t in (1, 2, 3, 5, 9, 17)}
+    turned = _row([0] * 40 + [4] * 10, 4, steps=50)
+    cost, flat = StepCost(steep, draft_cost=0.0), Stationary(steep, draft_cost=0.0)
+    c, f = cost.counts(*turned[:2]), flat.counts(*turned[:2])
+    assert cost.acceptance(c, c)[0] > 0.6 and flat.acceptance(f, f)[0] < 0.3
+    assert cost.best_k([turned]) > 0 and cost.best_k([_row(0, 4, steps=50)]) == 0
+    assert flat.best_k([turned]) == 0
 
 
 def test_a_row_s_prior_pools_only_the_rows_of_its_own_drafter():
@@ -269,7 +289,7 @@ def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed(
     that prices the mean feed (alone and beside a second such row), which is caught."""
     rng = np.random.default_rng(0)
     convex = {(b, t): 1.0 + 0.01 * (b * t - 1) + 0.01 * (b * t - 1) ** 2 for b in (1, 2, 4, 8) for t in StepCost.TOKENS}
-    cost = StepCost(convex, draft_cost=0.0)
+    cost = Stationary(convex, draft_cost=0.0)
     for _ in range(200):
         n = int(rng.integers(1, 9))
         F = np.minimum.accumulate(rng.uniform(0, 1, (n, StepCost.K_MAX)), axis=1)
@@ -285,14 +305,14 @@ def test_a_step_is_priced_at_its_expected_time_not_at_the_time_of_its_mean_feed(
         always = np.ones((n, StepCost.K_MAX))
         assert cost.verify_time(n, ks, always) == pytest.approx(cost.t(n, (n + ks.sum(axis=1)) / n), rel=1e-12)
 
-    class MeanFeed(StepCost):  # the mutant: the time of the mean feed
+    class MeanFeed(Stationary):  # the mutant: the time of the mean feed
         def verify_time(self, n, ks, F, packed=True):
             return self.t(n, (n + self._upto_k(F)[np.arange(n), ks].sum(axis=1)) / n)
 
     quiet = [0, 0, 0]  # it fires one step in four, proposing all 16 tokens and accepting 1, 4, 8 and 16 in turn
     lookup = _row([1] + quiet + [4] + quiet + [8] + quiet + [16] + quiet, [16] + quiet, steps=96)
     for rows in ([lookup], [lookup, lookup]):
-        ours, mutant = StepCost(convex, draft_cost=0.0).best_ks(rows), MeanFeed(convex, draft_cost=0.0).best_ks(rows)
+        ours, mutant = Stationary(convex, draft_cost=0.0).best_ks(rows), MeanFeed(convex, draft_cost=0.0).best_ks(rows)
         assert max(ours) < min(mutant), (ours, mutant)
 
 
@@ -681,7 +701,7 @@ def test_the_latency_objective_keeps_the_rows_that_do_not_draft_from_paying_for_
     token) drafts it shorter, and its choice has the lower mean time per token, the throughput one the higher tokens
     per second (the mutant: a latency rule that scores tokens per second chooses the throughput K and is caught by
     the strict inequality). With one row the two objectives are the same rule."""
-    latency, throughput = StepCost(COSTS, draft_cost=0.01), StepCost(COSTS, draft_cost=0.01, objective="throughput")
+    latency, throughput = Stationary(COSTS, draft_cost=0.01), Stationary(COSTS, draft_cost=0.01, objective="throughput")
     assert latency.objective == "latency"
     rows = _sure_beside_doubtful()
     lat, thr = latency.best_ks(rows), throughput.best_ks(rows)

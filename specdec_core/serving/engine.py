@@ -433,13 +433,17 @@ class StepCost:
     is the special case of one rate at every position; a drafter that copies a span (the suffix drafter on an
     input-grounded request) is accepted all or nothing, so its first token is the doubtful one and the later ones
     are nearly sure, which one α would price as if each were as doubtful as the first. Positions are pooled in
-    octaves (1, 2, 3-4, 5-8, …), and each octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards the
+    octaves (1, 2, 3-4, 5-8, …) and weighed by recency (each drafting step's tallies ``DECAY`` times the next's: a
+    request's acceptance drifts as it decodes, prompt lookup finding more of its own output as the output grows, a
+    copy running in spans; on chapter 9's mix the running rates without decay predicted half the tokens that chat rows'
+    lookups then added), and each octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards the
     live rows' pooled ones, those towards the octave before (fill 1 and acceptance 0.5 before any step). The live
     rows pooled are those of the row's pool (``pools``: the engine's rows that were submitted with one drafter and
     method share one), since a chat request's prompt lookup says little of what a grounded request's copy will do."""
 
     K_MAX = 32
     PRIOR_TESTS = 4
+    DECAY = 0.9  # the weight of a row's earlier drafting steps against each later one's
     ROWS = (1, 2, 4, 8, 16, 32)
     TOKENS = (1, 2, 3, 5, 9, 17, 33)
     LONGEST_FEED = 2 * TOKENS[-1] - 1  # the longest row :meth:`measure` times (:meth:`feeds`)
@@ -552,12 +556,14 @@ class StepCost:
 
     def counts(self, stats: Stats, ks: list[int]) -> np.ndarray:
         """A row's tallies per octave, ``[allowed, proposed, tested, accepted]`` × octave, from its steps so far
-        (kept between calls: a step is read once)."""
+        (kept between calls: a step is read once), each drafting step's weighing :attr:`DECAY` as much as the next's."""
         rec = self._tallies.get(id(stats))
         if rec is None or rec[0] is not stats:
             rec = self._tallies[id(stats)] = [stats, 0, np.zeros((4, self.octave(self.K_MAX) + 1))]
         _, seen, c = rec
         for k, d, a in zip(ks[seen:], stats.drafted[seen:], stats.accepted_lengths[seen:]):
+            if k:  # a drafting step: what came before weighs DECAY as much (class docstring)
+                c *= self.DECAY
             for i in range(1, min(k, self.K_MAX) + 1):
                 o = self.octave(i)
                 c[0, o] += 1
