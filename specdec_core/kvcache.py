@@ -25,7 +25,7 @@ Contract (positions are absolute token positions in the sequence):
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import weakref
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -43,7 +43,7 @@ class _SlabLayer(CacheLayerMixin):
 
     def __init__(self, owner: "KVCache", keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
-        self.owner = owner
+        self.owner = weakref.proxy(owner)  # not a cycle: a dropped cache frees its slabs at once, not at a full gc
         self.keys, self.values = keys, values
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
@@ -51,7 +51,7 @@ class _SlabLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states=None):  # buffers exist from the start
         pass
 
-    def update(self, key_states, value_states, cache_kwargs: Optional[dict[str, Any]] = None):
+    def update(self, key_states, value_states, cache_kwargs: dict | None = None):
         slots = self.owner.slots
         if slots is not None:  # a static-shape pass: fixed shapes and addresses, whatever the length
             self.keys.index_copy_(2, slots, key_states)

@@ -434,12 +434,12 @@ class StepCost:
     input-grounded request) is accepted all or nothing, so its first token is the doubtful one and the later ones
     are nearly sure, which one α would price as if each were as doubtful as the first. Positions are pooled in
     octaves (1, 2, 3-4, 5-8, …) and weighed by recency (each drafting step's tallies ``DECAY`` times the next's: a
-    request's acceptance drifts as it decodes, prompt lookup finding more of its own output as the output grows, a
-    copy running in spans; on chapter 9's mix the running rates without decay predicted half the tokens that chat rows'
-    lookups then added), and each octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards the
-    live rows' pooled ones, those towards the octave before (fill 1 and acceptance 0.5 before any step). The live
-    rows pooled are those of the row's pool (``pools``: the engine's rows that were submitted with one drafter and
-    method share one), since a chat request's prompt lookup says little of what a grounded request's copy will do."""
+    request's acceptance drifts as it decodes, prompt lookup finding more of an answer that repeats itself, a copy
+    running in spans, so rates that weigh every step alike lag behind and price the row's next draft too low). Each
+    octave's rates are shrunk with ``PRIOR_TESTS`` pseudo-tests towards those pooled over the live rows of the row's
+    pool, those towards the octave before (fill 1 and acceptance 0.5 before any step). A pool is the rows that were
+    submitted with one drafter and method (``pools``; a request with a prediction has its own), since a chat
+    request's prompt lookup says little of what a grounded request's copy will do."""
 
     K_MAX = 32
     PRIOR_TESTS = 4
@@ -556,7 +556,7 @@ class StepCost:
 
     def counts(self, stats: Stats, ks: list[int]) -> np.ndarray:
         """A row's tallies per octave, ``[allowed, proposed, tested, accepted]`` × octave, from its steps so far
-        (kept between calls: a step is read once), each drafting step's weighing :attr:`DECAY` as much as the next's."""
+        (kept between calls: a step is read once), each drafting step weighing :attr:`DECAY` times the next."""
         rec = self._tallies.get(id(stats))
         if rec is None or rec[0] is not stats:
             rec = self._tallies[id(stats)] = [stats, 0, np.zeros((4, self.octave(self.K_MAX) + 1))]
