@@ -33,13 +33,13 @@ the tokens it is drafting: that is what keeps every method exact. Three drafters
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 
 from .lm import CachedLM, sized
-from .sampling import OneHotLaws, SamplingParams, choose, process_logits, sample
-from .sampling import confidence as conf_of
+from .sampling import OneHotLaws, SamplingParams, choose, process_logits, sample, confidence as conf_of
 from .tree import Tree, TreeBuilder, TreeDraft, draw_siblings, shape_depth, tree_size
 
 
@@ -111,14 +111,15 @@ class Drafter:
         return twin
 
     def claim(self, owner) -> None:
-        """``owner`` (a decode's phases) drives this drafter, and the drafters it holds, from now on."""
-        self._owner = owner
+        """``owner`` (a decode's phases) drives this drafter, and the drafters it holds, from now on; held weakly, or
+        the phases and their drafter would keep each other (a fork's draft cache) until a full garbage collection."""
+        self._owner = weakref.ref(owner)
         for inner in self.held().values():
             inner.claim(owner)
 
     def check_owner(self, owner) -> None:
         """Refuse to draft for ``owner`` when another live decode has claimed this drafter (or one it holds) since."""
-        if getattr(self, "_owner", owner) is not owner:
+        if (getattr(self, "_owner", None) or (lambda: owner))() is not owner:  # None: a fork not yet claimed
             raise RuntimeError(f"the {self.name} drafter was started by another decode while this one is live (two "
                                "streams or requests sharing one drafter would corrupt each other's state): give "
                                "each its own, drafter.fork()")
@@ -217,8 +218,7 @@ class NGramDrafter(Drafter):
     (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that followed it.
 
     Deterministic: q is one-hot on each proposed token (:class:`~specdec_core.sampling.OneHotLaws`: the tokens
-    stand for the laws), and verification stays lossless.
-    """
+    stand for the laws), and verification stays lossless."""
 
     name = "ngram"
 
