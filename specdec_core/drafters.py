@@ -111,15 +111,15 @@ class Drafter:
         return twin
 
     def claim(self, owner) -> None:
-        """``owner`` (a decode's phases) drives this drafter, and the drafters it holds, from now on; held weakly, or
-        the phases and their drafter would keep each other (a fork's draft cache) until a full garbage collection."""
+        """``owner`` (a decode's phases) drives this drafter and those it holds from now on (held weakly: no cycle)."""
         self._owner = weakref.ref(owner)
         for inner in self.held().values():
             inner.claim(owner)
 
     def check_owner(self, owner) -> None:
         """Refuse to draft for ``owner`` when another live decode has claimed this drafter (or one it holds) since."""
-        if (getattr(self, "_owner", None) or (lambda: owner))() is not owner:  # None: a fork not yet claimed
+        claimed = getattr(self, "_owner", None)  # a weak reference; None before any claim (a fresh fork)
+        if claimed is not None and claimed() is not owner:
             raise RuntimeError(f"the {self.name} drafter was started by another decode while this one is live (two "
                                "streams or requests sharing one drafter would corrupt each other's state): give "
                                "each its own, drafter.fork()")

@@ -4,6 +4,7 @@
 module's tests share its fixtures and cache folders), each worker on one thread: most tests are Python-bound toy
 runs that use one core anyway, and two workers of two threads each would oversubscribe the two cores.
 """
+import gc
 import os
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch starts its thread pool
@@ -14,6 +15,17 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import specdec_core as sd
+
+
+@pytest.fixture
+def without_cyclic_gc():
+    """The cyclic garbage collector off for one test: what a dropped object frees then, reference counting freed."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")

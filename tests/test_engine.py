@@ -442,11 +442,10 @@ def test_each_request_has_its_own_drafter_state(toy16):
     assert sum(list(twin), []) == sd.generate(toy16.target, [1, 2], max_new_tokens=12).tokens
 
 
-def test_a_finished_decode_frees_its_fork_without_a_garbage_collection(toy16):
+def test_a_finished_decode_frees_its_fork_without_a_garbage_collection(toy16, without_cyclic_gc):
     """A drafter holds the decode that claimed it weakly, so a decode's phases and their fork form no cycle: once the
     stream is done and dropped, the fork (a model drafter's, with its own draft cache) is freed at once, with the
     cyclic collector off (the engine forks one per request). The mutant, the owner held strongly, keeps it."""
-    import gc
     import weakref
 
     def fork_outlives(strong=False):
@@ -462,13 +461,8 @@ def test_a_finished_decode_frees_its_fork_without_a_garbage_collection(toy16):
         del twin, out
         return gone() is not None
 
-    gc.disable()
-    try:
-        assert not fork_outlives()
-        assert fork_outlives(strong=True)
-    finally:
-        gc.enable()
-        gc.collect()
+    assert not fork_outlives()
+    assert fork_outlives(strong=True)
 
 
 def test_suffix_memory_is_shared_across_requests(toy16):

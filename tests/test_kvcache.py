@@ -86,12 +86,11 @@ def test_memory_flat_over_1000_rejecting_steps(toy):
     assert grown < 8 * cache_bytes + (4 << 20), f"RSS grew by {grown} bytes"
 
 
-def test_a_dropped_cache_frees_its_slabs_without_a_garbage_collection(toy):
+def test_a_dropped_cache_frees_its_slabs_without_a_garbage_collection(toy, without_cyclic_gc):
     """A slab reads its owner's length through a weak reference, so a cache and its slabs form no cycle: dropped,
     a single-sequence cache and a batch cache free their tensors at once, with the cyclic collector off (the engine
     serves many runs in one process; before, each run's caches waited for a full collection, and chapter 9's sweep
     grew by 130 MB a run until the machine swapped). The mutant, an owner held strongly, keeps the slab alive."""
-    import gc
     import weakref
 
     from specdec_core.serving.cache import BatchKVCache
@@ -105,12 +104,7 @@ def test_a_dropped_cache_frees_its_slabs_without_a_garbage_collection(toy):
         del cache, layer
         return keys() is not None
 
-    gc.disable()
-    try:
-        single = lambda: KVCache(toy.target.config, 16, torch.float64, "cpu")  # noqa: E731
-        batch = lambda: BatchKVCache(toy.target.config, 2, 16, torch.float64, "cpu")  # noqa: E731
-        assert not slab_outlives(single) and not slab_outlives(batch)
-        assert slab_outlives(single, strong=True)
-    finally:
-        gc.enable()
-        gc.collect()
+    single = lambda: KVCache(toy.target.config, 16, torch.float64, "cpu")  # noqa: E731
+    batch = lambda: BatchKVCache(toy.target.config, 2, 16, torch.float64, "cpu")  # noqa: E731
+    assert not slab_outlives(single) and not slab_outlives(batch)
+    assert slab_outlives(single, strong=True)
