@@ -52,9 +52,9 @@ min_expected = 5.0           # cells with a smaller expected count are pooled
 # "hybrid": prompt lookup, else the model draft; "adaptive": lookup or the model, from past acceptance)
 methods = ["autoregressive", "linear:model", "linear:ngram", "tree:model", "tree:ngram", "parallel:block",
            "linear:hybrid", "linear:adaptive", "linear:model@0.6", "parallel:block@0.6", "tree:model@0.3"]
-settings = [{"name": "T=1", "temperature": 1.0},
-            {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4},
-            {"name": "top-p=0.8", "temperature": 1.0, "top_p": 0.8}]
+settings = [{"temperature": 1.0},  # each named by its knobs (ex.setting_name)
+            {"temperature": 0.7, "top_k": 4},
+            {"temperature": 1.0, "top_p": 0.8}]
 ks = [1, 2]                  # draft lengths (tree depth, block size); k 1 makes the bonus count at n 3. A step
                              # drafts at most room − 1 tokens, so at n 3 a k 2 step drafts one, as k 1 does (its
                              # stops included); n 4 tests k 2 (V**4 cells: tests/test_adaptive.py's stop mutant)
@@ -64,7 +64,7 @@ own_seeds = {"linear:hybrid": 10**6}  # spec -> seed offset: its own seed stream
 shared_check_n = 200         # seeds on which the hybrid is also run on the shared stream, to show what it would repeat
 # the exact sampler repeated: per-repetition p-values (calibration), pooled samples (equivalence)
 exact_spec = "linear:model"
-exact_setting = {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4}
+exact_setting = {"temperature": 0.7, "top_k": 4}
 exact_len = 2
 exact_reps = 200
 exact_n = 320                # continuations per repetition; the TV bound pools all exact_reps × exact_n
@@ -91,7 +91,7 @@ mutant_k = 1
 real_model = "smollm2-135m"
 real_text = "one, two, three. one, two,"  # short, with repeats for the n-gram drafter
 real_methods = ["linear:ngram", "linear:model", "tree:ngram", "tree:model", "parallel:block"]  # those the pair has run
-real_setting = {"name": "T=1, top-k=4", "temperature": 1.0, "top_k": 4}
+real_setting = {"temperature": 1.0, "top_k": 4}
 real_len = 3
 real_k = 2
 real_n = 600
@@ -103,11 +103,11 @@ greedy_real_texts = ["What is the capital of France?", "Write a haiku about autu
 greedy_real_len = 32
 near_tie = 1e-3              # float32: a divergence is excused only where the top-2 logits differ by less
 # section 8, auditing any decoder: transformers' generate, assisted generation and prompt lookup beside ours
-audit_settings = [{"name": "T=1", "temperature": 1.0},
-                  {"name": "T=0.7, top-k=4", "temperature": 0.7, "top_k": 4},  # a top-k that cuts V = 8
-                  {"name": "top-p=0.9", "temperature": 1.0, "top_p": 0.9}]
+audit_settings = [{"temperature": 1.0},
+                  {"temperature": 0.7, "top_k": 4},  # a top-k that cuts V 8
+                  {"temperature": 1.0, "top_p": 0.9}]
 audit_prompt = [4, 3, 1, 4, 7]  # sections 2–5's: a repeated 4, so prompt lookup drafts within 3 tokens
-audit_len = 3                # with k = 2: a step's drafts and its bonus, or a rollback and the next step, fit inside
+audit_len = 3                # with k 2: a step's drafts and its bonus, or a rollback and the next step, fit inside
 audit_k = 2                  # draft length of every speculative decoder audited
 audit_n = 400                # toy pair: continuations per (decoder, setting)
 audit_real_n = 100           # embedded target: continuations per (decoder, setting), and of the target's reference
@@ -214,11 +214,11 @@ assert rule_gof.pvalue > alpha, "the rule's emitted token does not follow p"
 # at any N; section 4 checks it). Holm's step-down correction keeps the family-wise false-positive rate at α.
 
 # %%
-laws = {s["name"]: ex.sequence_law(toy.target, prompt, seq_len, ex.setting_params(s)) for s in settings}
-top = np.argsort(-laws[settings[0]["name"]])[:6]
-print(f"most likely continuations at {settings[0]['name']}: " + ", ".join(
-    f"{' '.join(str(int(t)) for t in np.unravel_index(i, (V,) * seq_len))} ({laws[settings[0]['name']][i]:.3f})"
-    for i in top))
+laws = {ex.setting_name(s): ex.sequence_law(toy.target, prompt, seq_len, ex.setting_params(s)) for s in settings}
+setting0 = ex.setting_name(settings[0])  # the first setting's name
+top = np.argsort(-laws[setting0])[:6]
+print(f"most likely continuations at {setting0}: " + ", ".join(
+    f"{' '.join(str(int(t)) for t in np.unravel_index(i, (V,) * seq_len))} ({laws[setting0][i]:.3f})" for i in top))
 print("cells with p > 0: " + ", ".join(f"{name} {int((law > 0).sum())}" for name, law in laws.items()))
 
 t0 = time.perf_counter()
@@ -259,12 +259,12 @@ if all(s_ in run_specs for s_ in pair_):
     rows_ = []
     for st in settings:
         for kk in ks:
-            ng = family_samples[("linear:ngram", st["name"], kk)].tokens
+            ng = family_samples[("linear:ngram", ex.setting_name(st), kk)].tokens
             shared = ex.sample_sequences(toy.target, prompt, seq_len, m_chk, ex.setting_params(st), "linear",
                                          toy.drafters["hybrid"], k=kk, seed0=seed0, threads=threads)
-            rows_.append(dict(setting=st["name"], k=kk, shared=same_rows(shared.tokens, ng),
-                              own=same_rows(family_samples[("linear:hybrid", st["name"], kk)].tokens, ng),
-                              chance=float((laws[st["name"]] ** 2).sum())))
+            rows_.append(dict(setting=ex.setting_name(st), k=kk, shared=same_rows(shared.tokens, ng),
+                              own=same_rows(family_samples[("linear:hybrid", ex.setting_name(st), kk)].tokens, ng),
+                              chance=float((laws[ex.setting_name(st)] ** 2).sum())))
     hyb = pd.DataFrame(rows_)
     ch.save(hyb, "hybrid_vs_ngram_samples")
     own_ = own_seeds.get("linear:hybrid")
@@ -342,7 +342,7 @@ exact_cells = ex.cell_index(exact_all.tokens, V).reshape(exact_reps, exact_n)
 print(f"{exact_reps} × {exact_n} continuations of the exact sampler in {time.perf_counter() - t0:.0f} s")
 pooled_counts = np.bincount(exact_cells.ravel(), minlength=V ** exact_len)
 bound = ex.tv_upper_bound(pooled_counts, exact_law, 0.95, min_expected)
-tv_sampler = f"{exact_spec} (k = 1), {exact_setting['name']}, continuations of {exact_len} tokens"
+tv_sampler = f"{exact_spec} (k = 1), {ex.setting_name(exact_setting)}, continuations of {exact_len} tokens"
 print(f"{tv_sampler}, N = {bound.N}: TV(Q, p) ≤ {bound.tv_upper:.4f} with 95% confidence, margin ε = {epsilon} "
       f"(pooled law ≤ {bound.pooled_upper:.4f}, pooled p-mass {bound.rare_mass:.4f}, mass outside support ≤ {bound.zero_upper:.5f}); "
       "the bound holds for this sampler and setting only")
@@ -357,7 +357,7 @@ ax.plot(curve.N, curve.bound, "o-", label="95% upper bound from the first N samp
 ax.plot(curve.N, typical, ":", color="gray", label="the bound when X² sits at its median")
 ax.axhline(epsilon, color="crimson", ls="--", label=f"ε = {epsilon}")
 ax.set(xscale="log", yscale="log", xlabel="N continuations", ylabel="TV upper bound",
-       title=f"equivalence: {exact_spec}, {exact_setting['name']}, n = {exact_len}")
+       title=f"equivalence: {exact_spec}, {ex.setting_name(exact_setting)}, n = {exact_len}")
 ax.legend(fontsize=8)
 fig.tight_layout()
 ch.savefig(fig, "tv_bound")
@@ -376,7 +376,7 @@ assert bound.tv_upper < epsilon, f"could not show TV < {epsilon} (bound {bound.t
 
 # %%
 power_rows = []
-for name, law in [*laws.items(), (f"{exact_setting['name']}, n={exact_len}", exact_law)]:
+for name, law in [*laws.items(), (f"{ex.setting_name(exact_setting)}, n={exact_len}", exact_law)]:
     for tv in power_tvs:
         power_rows.append(dict(law=name, tv=tv, N_needed=ex.samples_needed(tv, law, alpha, power_target, min_expected)))
 power_df = pd.DataFrame(power_rows)
@@ -387,8 +387,8 @@ print(power_df.pivot(index="law", columns="tv", values="N_needed").to_string())
 Ns = np.unique(np.geomspace(100, 3e5, 60).astype(int))
 curves = []
 for tv in sorted({*power_tvs, power_check_tv}):
-    for name, law in [(settings[0]["name"] + f", n={seq_len}", laws[settings[0]["name"]]),
-                      (f"{exact_setting['name']}, n={exact_len}", exact_law)]:
+    for name, law in [(f"{setting0}, n={seq_len}", laws[setting0]),
+                      (f"{ex.setting_name(exact_setting)}, n={exact_len}", exact_law)]:
         for m in Ns:
             curves.append(dict(N=m, tv=f"TV = {tv}", law=name,
                                power=ex.power(tv, m, max(ex.pooled_df(law, m, min_expected), 1), alpha)))
@@ -430,7 +430,7 @@ for name, law in laws.items():
                                                                      min_expected)
     pv_sets[f"exact law, {name}, N={n_family} (asymptotic χ²)"] = ex.simulate_pvalues(
         law, law, n_family, calibration_sims, seed0, min_expected, asymptotic=True)
-pv_sets[f"{exact_spec} sampler, {exact_setting['name']}, N={exact_n}"] = np.array(
+pv_sets[f"{exact_spec} sampler, {ex.setting_name(exact_setting)}, N={exact_n}"] = np.array(
     [ex.gof_test(np.bincount(c, minlength=V ** exact_len), exact_law, min_expected, seed=seed0 + r).pvalue
      for r, c in enumerate(exact_cells)])
 levels = sorted({alpha, second_level})  # nominal levels checked against their binomial intervals
@@ -487,8 +487,8 @@ for name in mutants:
                           threads=threads)
     ctrl_samples[name] = s
     harmless = name in mu.HARMLESS
-    ctrl_rows.append(dict(mutant=name, bug=c["bug"], setting=c["setting"]["name"], statistic=g.statistic, df=g.df,
-                          impossible=g.impossible, pvalue=g.pvalue, pvalue_asymptotic=g.pvalue_asymptotic,
+    ctrl_rows.append(dict(mutant=name, bug=c["bug"], setting=ex.setting_name(c["setting"]), statistic=g.statistic,
+                          df=g.df, impossible=g.impossible, pvalue=g.pvalue, pvalue_asymptotic=g.pvalue_asymptotic,
                           caught=g.pvalue < alpha, expected="pass" if harmless else "caught"))
 ctrl = pd.DataFrame(ctrl_rows)
 print(f"{len(mutants)} controls × {n_mutant} continuations in {time.perf_counter() - t0:.0f} s")
@@ -600,7 +600,7 @@ for name in lossy.mutant:
     imp = float(counts[law == 0].sum() / counts.sum())
     div = ex.chi2_divergence(np.where(law > 0, counts, 0), law, min_expected, bins_n=n_family)
     df_f = max(ex.pooled_df(law, n_family, min_expected), 1)
-    fp_rows.append(dict(mutant=name, setting=mu.CONTROLS[name]["setting"]["name"], samples=int(counts.sum()),
+    fp_rows.append(dict(mutant=name, setting=ex.setting_name(mu.CONTROLS[name]["setting"]), samples=int(counts.sum()),
                         N=n_family, df=df_f, level=fam_level, divergence=div, impossible_rate=imp,
                         power=ex.power_against(div, n_family, df_f, fam_level, imp),
                         N_for_goal=ex.samples_for_power(div, df_f, fam_level, power_goal, imp)))

@@ -267,11 +267,15 @@ def test_checks_pass_clean_code(check, text):
 
 
 def test_notebook_parameters_are_read_by_papermill():
-    """Every key ci.yaml and full.yaml pass to a chapter is a name papermill finds in its parameters cell.
+    """Every name a chapter's parameters cell assigns, and every key ci.yaml and full.yaml pass to it, is a name
+    papermill finds in that cell.
 
-    papermill reads that cell line by line with a regular expression (an '=' inside a comment defeats it);
-    a name it cannot read is still injected, but only after a "Passed unknown parameter" notice, and the
-    rendered chapter then lists it as unknown. Fails with the chapter and the names papermill missed."""
+    papermill reads that cell line by line and skips, with an "Unable to parse line" warning, any line holding more
+    than one '=' (in a string or a comment too: ``{"name": "T=1"}``); a name it cannot read is missing from
+    ``papermill --help-notebook``, is injected only after a "Passed unknown parameter" notice, and the rendered
+    chapter then lists it as unknown. Fails with the chapter and the names papermill missed."""
+    import ast
+
     import jupytext
     import yaml
     from papermill.translators import PythonTranslator
@@ -281,11 +285,16 @@ def test_notebook_parameters_are_read_by_papermill():
     for path in sorted((REPO_ROOT / "book").glob("[0-9][0-9]_*.py")):
         cell = next(c for c in jupytext.read(path).cells if "parameters" in c.metadata.get("tags", []))
         found = {p.name for p in PythonTranslator.inspect(cell)}
+        assigned = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+        if assigned - found:
+            missed[f"{path.stem}'s parameters cell"] = sorted(assigned - found)
         for name, table in params.items():
             lost = set((table or {}).get(path.stem) or {}) - found
             if lost:
                 missed[f"{name}:{path.stem}"] = sorted(lost)
-    assert not missed, f"papermill cannot read these parameter lines (no '=' in their comments): {missed}"
+    assert not missed, ("papermill cannot read these parameter lines (one '=' a line, in strings and comments too): "
+                        f"{missed}")
 
 
 def readme_structure(text: str) -> dict[str, int]:
