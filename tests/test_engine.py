@@ -636,6 +636,7 @@ def test_goodput_verdicts_are_paired_and_decide_only_with_their_interval():
     assert v.loc["autoregressive", ["ratio", "lo", "hi"]].tolist() == [1.0, 1.0, 1.0]
     assert v.loc["autoregressive", "verdict"] == "holds" and v.loc["n-gram", "verdict"] == "holds"
     assert v.loc["n-gram", "ratio"] == 2.0 and v.loc["n-gram", "lo"] > 1.2
+    assert v.loc["n-gram", ["policy_met", "other_met", "requests"]].tolist() == [20, 10, 20]  # met every SLO, of all
     v = ld.goodput_verdicts(runs(20, {"load-adaptive": set(range(0, 20, 2)), "autoregressive": set()}), slo)
     assert v.verdict.tolist() == ["fails"] and v.hi.iloc[0] < 1
     v = ld.goodput_verdicts(runs(4, {"load-adaptive": set(), "autoregressive": {1}}), slo)

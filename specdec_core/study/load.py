@@ -162,7 +162,9 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
     round resampled with replacement, the same draw for both policies (they served the same requests on the same
     schedule), each round's span kept. The verdict against ``share`` (``baseline``: against 1, at least its
     goodput): ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high end stays below,
-    else ``"undecided"``; :func:`~specdec_core.study.report.judged` on the requests per cell."""
+    else ``"undecided"``; :func:`~specdec_core.study.report.judged` on the requests per cell. ``policy_met`` and
+    ``other_met``: how many of the ``requests`` met every SLO under each (where both met it for the same requests,
+    the ratio is only their spans', and a goal of 1 can stay undecided at equal goodput)."""
     rng = np.random.default_rng(seed)
     rows = []
     for load, at in runs.groupby("load", sort=True):
@@ -189,6 +191,7 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
             lo, hi = (np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan))
             rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
+                             policy_met=int(met[policy].sum()), other_met=int(met[other].sum()),
                              verdict=_verdict(lo, hi, goal, rounds * n)))
     return pd.DataFrame(rows)
 
