@@ -258,13 +258,14 @@ if all(s_ in run_specs for s_ in pair_):
     m_chk = min(shared_check_n, n_family)
     rows_ = []
     for st in settings:
+        st_name = ex.setting_name(st)
         for kk in ks:
-            ng = family_samples[("linear:ngram", ex.setting_name(st), kk)].tokens
+            ng = family_samples[("linear:ngram", st_name, kk)].tokens
             shared = ex.sample_sequences(toy.target, prompt, seq_len, m_chk, ex.setting_params(st), "linear",
                                          toy.drafters["hybrid"], k=kk, seed0=seed0, threads=threads)
-            rows_.append(dict(setting=ex.setting_name(st), k=kk, shared=same_rows(shared.tokens, ng),
-                              own=same_rows(family_samples[("linear:hybrid", ex.setting_name(st), kk)].tokens, ng),
-                              chance=float((laws[ex.setting_name(st)] ** 2).sum())))
+            rows_.append(dict(setting=st_name, k=kk, shared=same_rows(shared.tokens, ng),
+                              own=same_rows(family_samples[("linear:hybrid", st_name, kk)].tokens, ng),
+                              chance=float((laws[st_name] ** 2).sum())))
     hyb = pd.DataFrame(rows_)
     ch.save(hyb, "hybrid_vs_ngram_samples")
     own_ = own_seeds.get("linear:hybrid")
@@ -333,6 +334,7 @@ assert (acc.acceptance_z.abs() < z_crit).all(), "measured acceptance disagrees w
 
 # %%
 exact_params = ex.setting_params(exact_setting)
+exact_name = ex.setting_name(exact_setting)
 exact_law = ex.sequence_law(toy.target, prompt, exact_len, exact_params)
 e_method, e_drafter = ex.parse_spec(exact_spec)
 t0 = time.perf_counter()
@@ -342,7 +344,7 @@ exact_cells = ex.cell_index(exact_all.tokens, V).reshape(exact_reps, exact_n)
 print(f"{exact_reps} × {exact_n} continuations of the exact sampler in {time.perf_counter() - t0:.0f} s")
 pooled_counts = np.bincount(exact_cells.ravel(), minlength=V ** exact_len)
 bound = ex.tv_upper_bound(pooled_counts, exact_law, 0.95, min_expected)
-tv_sampler = f"{exact_spec} (k = 1), {ex.setting_name(exact_setting)}, continuations of {exact_len} tokens"
+tv_sampler = f"{exact_spec} (k = 1), {exact_name}, continuations of {exact_len} tokens"
 print(f"{tv_sampler}, N = {bound.N}: TV(Q, p) ≤ {bound.tv_upper:.4f} with 95% confidence, margin ε = {epsilon} "
       f"(pooled law ≤ {bound.pooled_upper:.4f}, pooled p-mass {bound.rare_mass:.4f}, mass outside support ≤ {bound.zero_upper:.5f}); "
       "the bound holds for this sampler and setting only")
@@ -357,7 +359,7 @@ ax.plot(curve.N, curve.bound, "o-", label="95% upper bound from the first N samp
 ax.plot(curve.N, typical, ":", color="gray", label="the bound when X² sits at its median")
 ax.axhline(epsilon, color="crimson", ls="--", label=f"ε = {epsilon}")
 ax.set(xscale="log", yscale="log", xlabel="N continuations", ylabel="TV upper bound",
-       title=f"equivalence: {exact_spec}, {ex.setting_name(exact_setting)}, n = {exact_len}")
+       title=f"equivalence: {exact_spec}, {exact_name}, n = {exact_len}")
 ax.legend(fontsize=8)
 fig.tight_layout()
 ch.savefig(fig, "tv_bound")
@@ -376,7 +378,7 @@ assert bound.tv_upper < epsilon, f"could not show TV < {epsilon} (bound {bound.t
 
 # %%
 power_rows = []
-for name, law in [*laws.items(), (f"{ex.setting_name(exact_setting)}, n={exact_len}", exact_law)]:
+for name, law in [*laws.items(), (f"{exact_name}, n={exact_len}", exact_law)]:
     for tv in power_tvs:
         power_rows.append(dict(law=name, tv=tv, N_needed=ex.samples_needed(tv, law, alpha, power_target, min_expected)))
 power_df = pd.DataFrame(power_rows)
@@ -388,7 +390,7 @@ Ns = np.unique(np.geomspace(100, 3e5, 60).astype(int))
 curves = []
 for tv in sorted({*power_tvs, power_check_tv}):
     for name, law in [(f"{setting0}, n={seq_len}", laws[setting0]),
-                      (f"{ex.setting_name(exact_setting)}, n={exact_len}", exact_law)]:
+                      (f"{exact_name}, n={exact_len}", exact_law)]:
         for m in Ns:
             curves.append(dict(N=m, tv=f"TV = {tv}", law=name,
                                power=ex.power(tv, m, max(ex.pooled_df(law, m, min_expected), 1), alpha)))
@@ -430,7 +432,7 @@ for name, law in laws.items():
                                                                      min_expected)
     pv_sets[f"exact law, {name}, N={n_family} (asymptotic χ²)"] = ex.simulate_pvalues(
         law, law, n_family, calibration_sims, seed0, min_expected, asymptotic=True)
-pv_sets[f"{exact_spec} sampler, {ex.setting_name(exact_setting)}, N={exact_n}"] = np.array(
+pv_sets[f"{exact_spec} sampler, {exact_name}, N={exact_n}"] = np.array(
     [ex.gof_test(np.bincount(c, minlength=V ** exact_len), exact_law, min_expected, seed=seed0 + r).pvalue
      for r, c in enumerate(exact_cells)])
 levels = sorted({alpha, second_level})  # nominal levels checked against their binomial intervals
