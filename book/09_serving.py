@@ -422,7 +422,10 @@ display(Markdown("\n".join(
 # its longer rows one call each), and after as many committed tokens as the mix's requests typically hold, since
 # each drafted token attends all of them. A row allowed K tokens feeds only those its drafter proposes: a model
 # draft all K, prompt lookup or the suffix drafter only where they find a match, so the model prices a row's K by
-# the tokens it is expected to feed (how often each position was filled so far), not by K.
+# the tokens it is expected to feed (how often each position was filled so far), not by K. Where it need not guess,
+# it does not: a drafter without a model costs microseconds to ask, so an adaptive row's is asked for its longest
+# draft before K is chosen (the engine then cuts the draft to K, which stays exact: each of its tokens depends on the
+# committed context alone), and the row's feed is known.
 # A lookup that matches proposes all of its K and one that does not proposes nothing; where each token added to a
 # pass costs more than the last (a CPU past its knee), the time of the mean feed is below the mean time, so a step is
 # priced at its expected time over what the rows may feed.
@@ -444,7 +447,11 @@ display(Markdown("\n".join(
 # geometric mean of the rows' times per token. Goodput counts requests, each once, whether its TPOT meets the SLO;
 # tokens per second count a row that adds 17 tokens 17 times, and buy its span with a longer step that every row
 # waits for. So a row drafts only while its own relative gain outweighs the relative delay of all the rows sharing
-# the step (`StepCost(objective="throughput")` is SmartSpec's rule; with one row the two are the same). The
+# the step (`StepCost(objective="throughput")` is SmartSpec's rule; with one row the two are the same), but for
+# one floor: a row that holds a proposal verifies at least its first token (`StepCost.HELD_FLOOR`). That is a rule,
+# not a consequence of the objective: a per-step objective weighs one token's delay to every row of the step, while
+# an SLO counts a request once, and at a full batch the objective alone often refuses a short match (the last
+# exercise measures the floor's worth on your machine). The
 # adaptive rows do not speculate on the step right after an admission: the rows decoding then have just waited for
 # a prefill, so their gap is already the longest. The measures are vLLM's (`specdec_core/serving/metrics.py`):
 # TTFT, TPOT = (E2E − TTFT)/(tokens − 1), per-token ITL (a step's gap shared among its tokens), E2E, and goodput,
@@ -637,3 +644,7 @@ display(Markdown("\n".join(summary)))
 #    `StepCost.best_k` would choose for 1, 4 and 8 live rows of grounded requests alone. Where does K fall to 0,
 #    and how does that compare with `k_by_batch_size.csv`? Rerun the sweep with `engine_share = 0` (chat alone):
 #    does the load-adaptive policy still match the best fixed one at every load?
+# 7. The floor: serve the sweep's highest load again with a load-adaptive policy whose cost model has no floor (a
+#    subclass of `StepCost` with `HELD_FLOOR = 0`, passed as `step_cost`, beside the default on the same schedules)
+#    and compare goodput with `ld.goodput_verdicts`. Which class of requests gains or loses, and at how many live rows
+#    does the floor bind (the steps where a row holding a proposal would otherwise take K = 0)?

@@ -61,6 +61,7 @@ class Drafter:
     vocab_size: int | None = None
     calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.models.calibration)
     step_mode = "eager"  # how the drafter's own passes run (set_step_mode)
+    previews = False  # True: proposes without a model pass, so the engine may ask first and cut (serving.Engine)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""
@@ -221,6 +222,7 @@ class NGramDrafter(Drafter):
     stand for the laws), and verification stays lossless."""
 
     name = "ngram"
+    previews = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:

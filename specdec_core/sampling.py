@@ -46,9 +46,8 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
 def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Logits ``[..., V]`` → probabilities ``[..., V]`` (float64), temperature → top-k → top-p.
 
-    Greedy (temperature 0) returns the one-hot law on ``argmax`` (first index on exact ties,
-    as ``torch.argmax`` and transformers' greedy search do).
-    """
+    Greedy (temperature 0) returns the one-hot law on ``argmax`` (first index on exact ties, as ``torch.argmax``
+    and transformers' greedy search do)."""
     if params.greedy:
         out = torch.zeros(logits.shape, dtype=PROB_DTYPE, device=logits.device)
         return out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -80,9 +79,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
     """Process ``logits [V]`` and pick a token: returns ``(token: int, probs [V] | None)``.
 
-    Greedy takes the argmax and returns ``probs=None`` (the law is the one-hot on that token;
-    the greedy verifier needs only tokens), so greedy runs consume no randomness.
-    """
+    Greedy takes the argmax and returns ``probs=None`` (the law is the one-hot on that token; the greedy verifier
+    needs only tokens), so greedy runs consume no randomness."""
     if params.greedy:
         return int(logits.argmax(-1)), None
     probs = process_logits(logits, params)

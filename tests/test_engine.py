@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import specdec_core as sd
+from specdec_core.drafters import Draft, Drafter
 from specdec_core.record import Timer
-from specdec_core.sampling import SamplingParams
+from specdec_core.sampling import OneHotLaws, SamplingParams
 from specdec_core.serving import Engine, StepCost, arrivals, request_metrics, summarize
 from specdec_core.study import exactness as ex
 from specdec_core.study import mutants as mu
@@ -92,6 +93,8 @@ LAW_TOKENS = 4
 # passes that cost more per row and token as the batch grows, and a draft token a tenth of a one-row pass: the K
 # chosen then depends on each row's acceptance and on the live rows, not on the machine's timings
 COSTS = {(b, t): 1.0 + 0.02 * b * t for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17, 33)}
+# each drafted token a third of a pass: a row holding a proposal of 2 or 3 tokens often verifies fewer (its cut)
+STEEP_COSTS = {(b, t): 1.0 + 0.3 * b * (t - 1) for b in (1, 2, 4) for t in (1, 2, 3, 5, 9, 17, 33)}
 
 
 def _row(accepted, drafted, steps=10, allowed=None):
@@ -215,8 +218,8 @@ def test_a_draft_position_is_priced_by_how_often_the_drafter_fills_it():
     assert cost.best_k([_row([8, 0, 0, 0], 8, steps=100, allowed=16)]) == 0
 
     class AllowedIsFed(Stationary):  # the mutant
-        def _expected(self, rows, pools=None):
-            G, F = super()._expected(rows, pools)
+        def _expected(self, rows, pools=None, proposals=None):
+            G, F = super()._expected(rows, pools, proposals)
             return G, np.ones_like(F)  # every allowed position fed
 
     assert AllowedIsFed(steep, draft_cost=0.01).best_k([lookup]) == 0
@@ -252,12 +255,67 @@ def test_a_row_s_prior_pools_only_the_rows_of_its_own_drafter():
     assert ks[1] < ks[2], ks
 
     class OnePool(StepCost):  # the mutant: every live row in one pool
-        def _expected(self, rows, pools=None):
-            return super()._expected(rows, None)
+        def _expected(self, rows, pools=None, proposals=None):
+            return super()._expected(rows, None, proposals)
 
     assert OnePool(COSTS, draft_cost=0.02).gains(rows, pools)[1, 8] > 6
     with pytest.raises(ValueError, match="one pool per row"):
         cost.gains(rows, pools[:2])
+
+
+def test_a_row_holding_a_proposal_is_priced_by_it_and_verifies_at_least_its_first_token():
+    """The engine asks a drafter without a model first (``Drafter.previews``), so the cost model knows such a row's
+    feed, its proposal as far as K allows (fill 1 up to its length, 0 past it), and its drafting is already paid.
+    Four rows whose first draft token is always rejected: asked nothing, none drafts; holding proposals of 3, 0 and 2
+    tokens and one asked nothing, the first and the third verify at least one token (``HELD_FLOOR``) and the last
+    none; the mutant without the floor leaves them at 0. A row whose drafts are always accepted, where a drafted
+    token costs 100 s: asked nothing, it does not draft; holding 2 tokens, it verifies both (their drafting is paid).
+    Proposals of the wrong length are refused."""
+    cost = StepCost(COSTS, draft_cost=0.02)
+    doubtful = [_row(0, 4, allowed=4)] * 4
+    assert cost.best_ks(doubtful) == [0, 0, 0, 0]
+    ks = cost.best_ks(doubtful, proposals=[3, 0, 2, None])
+    assert ks[0] >= 1 and ks[2] >= 1 and ks[3] == 0, ks
+
+    class NoFloor(StepCost):  # the mutant
+        HELD_FLOOR = 0
+
+    bare = NoFloor(COSTS, draft_cost=0.02).best_ks(doubtful, proposals=[3, 0, 2, None])
+    assert bare[0] == bare[2] == 0, bare
+    _, F = cost._expected([_row(4, 4)], proposals=[2])
+    assert F[0].tolist() == [1.0, 1.0] + [0.0] * (StepCost.K_MAX - 2)
+    dear, sure = StepCost(COSTS, draft_cost=100.0), [_row(4, 4, allowed=4)]
+    assert dear.best_ks(sure) == [0] and dear.best_ks(sure, proposals=[2])[0] >= 2
+    with pytest.raises(ValueError, match="proposals"):
+        cost.best_ks(doubtful, proposals=[1])
+
+
+def test_adaptive_rows_of_drafters_without_a_model_are_asked_first(toy16):
+    """Prompt lookup and the suffix drafter propose without a model pass: the engine asks an adaptive row's drafter
+    for its longest draft before choosing K and cuts it to K. Greedy, staggered arrivals, 3 rows: every request is
+    autoregressive decoding's text; every choice gave a row holding a proposal at least one of its tokens, and never
+    fed a row more than its K; the model draft's rows are never asked first."""
+    seen = []
+
+    class Spy(Engine):
+        def _choose_ks(self, live, stalled=False, packed=True, held=None):
+            ks = super()._choose_ks(live, stalled, packed, held)
+            held = held or {}
+            seen.extend((q.method.drafter.previews if q.adaptive else None,
+                         len(held[r].tokens) if r in held else None, k) for r, (q, k) in enumerate(zip(live, ks)))
+            return ks
+
+    d = toy16.drafters
+    specs = [dict(method="linear", drafter=d["ngram"], k="adaptive"),
+             dict(method="linear", drafter=sd.SuffixDrafter(learn=False), k="adaptive"),
+             dict(method="linear", drafter=d["model"], k="adaptive"), dict(method="linear", drafter=d["ngram"], k=3)]
+    prompts = PROMPTS + [[2, 9], [1, 1, 1]]
+    res = _serve(toy16, prompts, specs * 2, 0.002, 3, engine=Spy, max_new_tokens=30)
+    assert [r.tokens for r in res] == [sd.generate(toy16.target, p, max_new_tokens=30).tokens for p in prompts]
+    assert all(d <= k for r in res for d, k in zip(r.stats.drafted, r.ks))
+    asked = [(n, k) for previews, n, k in seen if previews and n is not None]  # None: a stalled step, or no room
+    assert sum(n > 0 for n, _ in asked) > 10 and all(k >= 1 for n, k in asked if n), asked
+    assert all(n is None for previews, n, _ in seen if previews is not True)
 
 
 def test_the_engine_pools_rows_by_the_drafter_and_method_they_were_submitted_with(toy16):
@@ -266,9 +324,9 @@ def test_the_engine_pools_rows_by_the_drafter_and_method_they_were_submitted_wit
     seen = []
 
     class Recording(StepCost):
-        def best_ks(self, rows, packed=True, pools=None):
+        def best_ks(self, rows, packed=True, pools=None, proposals=None):
             seen.append(list(pools))
-            return super().best_ks(rows, packed, pools)
+            return super().best_ks(rows, packed, pools, proposals)
 
     e = Engine(toy16.target, max_batch=4, step_cost=Recording(COSTS, draft_cost=0.0))
     a, b = sd.NGramDrafter(), sd.NGramDrafter()
@@ -341,9 +399,9 @@ def test_the_price_of_a_drafted_token_counts_only_the_steps_that_drafted(toy):
     again. Rows held at K = 0 for 10 steps, then free to choose: nothing is priced while they are held (the mutant
     that observes every step prices the first 10), and they speculate afterwards."""
     class HeldFirst(StepCost):
-        def best_ks(self, rows, packed=True, pools=None):
+        def best_ks(self, rows, packed=True, pools=None, proposals=None):
             self.calls = getattr(self, "calls", 0) + 1
-            return [0] * len(rows) if self.calls <= 10 else super().best_ks(rows, packed, pools)
+            return [0] * len(rows) if self.calls <= 10 else super().best_ks(rows, packed, pools, proposals)
 
     cost = HeldFirst(COSTS)
     e = Engine(toy.target, max_batch=2, step_cost=cost)
@@ -385,16 +443,41 @@ def test_the_uncapped_draft_price_mutant_is_caught():
     cost.observe_draft(0.2, 5)
     assert cost.draft_time() > 10 * 0.05e-3
 
-def _engine_samples(toy, n_requests, engine=Engine):
+class _Repeating(Drafter):
+    """A drafter without a model that proposes 1, 2, 0, 1, 2, 0, … at every step, as far as it is allowed: a draft that
+    depends on nothing the target does, so verifying it is exact, and always as long as the room left, so that a
+    row asked first is cut wherever its K is shorter (prompt lookup on these short requests rarely proposes 2)."""
+
+    previews = True
+
+    def bind(self, target):
+        self.vocab_size = target.config.get_text_config().vocab_size
+
+    def propose(self, context, k, params, generator, confidence=None):
+        toks = torch.tensor(([1, 2, 0] * (k // 3 + 1))[:k], dtype=torch.long)
+        return Draft(toks, None if params.greedy else OneHotLaws(toks, self.vocab_size), passes=0)
+
+
+def _engine_samples(toy, n_requests, engine=Engine, drafter="model", costs=COSTS):
     """Requests for [1, 2, 3] at T = 1, top-k 3, each its own seed, K chosen by the engine (from fixed costs, so
     the outcome is deterministic), 3 at a time among neighbours of other prompts (a greedy one and a sampled one):
     only the [1, 2, 3] requests are returned. Nearly every step of such short requests follows an admission: the
-    rows speculate there too, so that K varies on every step."""
-    e = engine(toy.target, max_batch=3, step_cost=StepCost(COSTS, draft_cost=0.02))  # cheap drafts: K 0 to 2
+    rows speculate there too, so that K varies on every step. ``drafter``: the pair's drafter the [1, 2, 3] requests
+    draft with, or ``"repeating"`` (:class:`_Repeating`, asked first and cut to K); ``costs``: the step-cost model's
+    passes."""
+    cut = _engine_samples.cut = []  # per draft asked first and cut: whether the cut is shorter than the proposal
+
+    class Counting(engine):
+        def _cut(self, draft, k):
+            cut.append(k < len(draft.tokens))
+            return super()._cut(draft, k)
+
+    e = Counting(toy.target, max_batch=3, step_cost=StepCost(costs, draft_cost=0.02))  # cheap drafts: K 0 to 2
     e.speculate_after_prefill = True
     ours = []
+    drafter = _Repeating() if drafter == "repeating" else toy.drafters[drafter]
     for i in range(n_requests):
-        ours.append(e.submit([1, 2, 3], seed=7000 + i, method="linear", drafter=toy.drafters["model"], k="adaptive",
+        ours.append(e.submit([1, 2, 3], seed=7000 + i, method="linear", drafter=drafter, k="adaptive",
                              max_new_tokens=LAW_TOKENS, temperature=1.0, top_k=3))
         if i % 4 == 0:
             e.submit([6, 5], method="linear", drafter=toy.drafters["ngram"], k=2, max_new_tokens=7)
@@ -421,6 +504,22 @@ def test_adaptive_requests_follow_the_target_law(toy, engine_law):
 
 def test_engine_law_catches_the_neighbour_logits_mutant(toy, engine_law):
     samples = _engine_samples(toy, 600, engine=mu.NeighbourLogitsEngine)
+    assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=engine_law.size), engine_law,
+                       seed=1).pvalue < ALPHA
+
+
+def test_rows_asked_first_follow_the_target_law(toy, engine_law):
+    """The same 600 requests drafting without a model (:class:`_Repeating`), whose proposals the engine asks for before
+    K and cuts to it (``Engine._cut``): the target's law, with cuts shorter than the proposal on many steps (else the
+    mutant below would test nothing)."""
+    samples = _engine_samples(toy, 600, drafter="repeating", costs=STEEP_COSTS)
+    assert sum(_engine_samples.cut) > 50, sum(_engine_samples.cut)
+    assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=engine_law.size), engine_law,
+                       seed=1).pvalue > ALPHA
+
+
+def test_engine_law_catches_the_misaligned_cut_mutant(toy, engine_law):
+    samples = _engine_samples(toy, 600, engine=mu.MisalignedCutEngine, drafter="repeating", costs=STEEP_COSTS)
     assert ex.gof_test(np.bincount(ex.cell_index(samples, 8), minlength=engine_law.size), engine_law,
                        seed=1).pvalue < ALPHA
 

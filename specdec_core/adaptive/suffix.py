@@ -207,6 +207,7 @@ class SuffixDrafter(Drafter):
     """
 
     name = "suffix"
+    previews = True  # no model pass: the engine asks an adaptive row first, then cuts to its K
 
     def __init__(self, max_tree_depth: int = 24, max_spec_factor: float = 1.0, min_token_prob: float = 0.1,
                  max_cached_requests: int = 64, max_spec_offset: float = 0.0, learn: bool = True):

@@ -31,6 +31,14 @@ scheduling:
   after an admission does not speculate for adaptive rows: the decoding rows have already waited a prefill for
   it, their longest inter-token gaps are those steps, and a draft and a longer verify pass would add to exactly
   those (vLLM's chunked prefill bounds the same tail by spreading the prefill over steps instead).
+- **Drafts asked first.** An adaptive row whose drafter proposes without a model pass (``Drafter.previews``:
+  prompt lookup, the suffix drafter) is asked for its longest draft *before* its K is chosen, and the draft is then
+  cut to K. Such a drafter proposes on some steps and not on others, and asking costs microseconds, so the cost
+  model prices what the row will feed, not a fill rate, and a row that holds a proposal verifies at least its first
+  token (:attr:`StepCost.HELD_FLOOR`: at a full batch the per-step objective leaves short matches undrafted, which
+  load sweeps of chapter 9's traffic mix past saturation measured as goodput lost; its exercise 7 measures it).
+  Cutting stays exact: each token of such a draft is a function of the committed context alone, so its first K
+  tokens are a draft like any.
 
 - **Garbage collection.** vLLM freezes the objects alive after its start-up (``gc.freeze()``) so that Python's
   full collections stop scanning them. A process with a model, transformers and pandas loaded tracks some 450 k
@@ -56,12 +64,13 @@ import math
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from ..decode import DecodeOptions, cache_capacity, check_prompts, eos_ids, headroom
+from ..drafters import Draft
 from ..lm import CachedLM
 from ..loop import Autoregressive, Linear, Method, Parallel, settle
 from ..record import Result, Stats, Timer
@@ -299,7 +308,9 @@ class Engine:
         """One decode step for every live row: draft (each its own, rows sharing a draft model together), one
         verify pass, accept, commit. ``stalled``: decoding rows waited for a prefill just before this step."""
         t_choose = now()
-        ks = self._choose_ks(live, stalled, lm.packs)
+        held = self._previews(live, stalled)
+        t_held = now()
+        ks = self._choose_ks(live, stalled, lm.packs, held)
         if self.cache_len is not None:  # the pass writes max(lengths) + its longest feed: cut K to what is left
             room_left = lm.cache.capacity - int(lm.cache._allocated()[1][:len(live)].max()) - 1
             ks = [min(k, room_left) for k in ks]
@@ -313,7 +324,11 @@ class Engine:
             if q.adaptive and k >= 1:
                 phases.k = k
             draft = None
-            if k >= 1 and isinstance(phases.drafter, RowDraft):
+            if isinstance(held.get(r), Exception):  # its drafter failed when asked first
+                q.result.error, q.done, phases = held[r], True, None
+            elif r in held:
+                draft = self._cut(held[r], k) if k >= 1 else None
+            elif k >= 1 and isinstance(phases.drafter, RowDraft):
                 asks.setdefault(id(phases.drafter.rows), {})[r] = (q.seq, k, phases.params, phases.generator)
             else:
                 try:
@@ -360,11 +375,13 @@ class Engine:
         self.counts["steps"] += 1
         self.counts["slots"] += sum(map(len, feeds)) if lm.packs else len(feeds) * max(map(len, feeds))
         self.counts["used"] += sum(map(len, feeds))
-        if self.step_cost is not None and any(q.result.ks[-1] for q, *_ in steps):
-            # the drafters' time per drafted token, over the steps that asked for a draft: choosing K is not
-            # drafting, and a step where no row drafts would raise the price of a token without adding one (after
-            # which no row would draft again)
-            self.step_cost.observe_draft(t_verify - t_draft, sum(len(f) - 1 for f in feeds))
+        # the drafters' time per drafted token, over the steps that asked for a draft or made one: choosing K is
+        # not drafting, and a step where no row drafts would raise the price of a token without adding one (after
+        # which no row would draft again); a row asked first drafted its whole proposal
+        drafted = sum(len(f) - 1 for r, f in enumerate(feeds) if r not in held)
+        drafted += sum(len(d.tokens) for d in held.values() if isinstance(d, Draft))
+        if self.step_cost is not None and (drafted or any(q.result.ks[-1] for q, *_ in steps)):
+            self.step_cost.observe_draft(t_held - t_choose + t_verify - t_draft, drafted)
         for q, phases, *_ in steps:
             s = q.result.stats
             s.draft_s += t_verify - t_choose
@@ -374,16 +391,43 @@ class Engine:
                 s.token_times += [t_end - q.arrival_s] * (len(q.result.tokens) - len(s.token_times))
                 s.decode_s = s.token_times[-1] - s.token_times[0]
 
-    def _choose_ks(self, live: list[_Request], stalled: bool = False, packed: bool = True) -> list[int]:
+    def _previews(self, live: list[_Request], stalled: bool = False) -> dict:
+        """Row → its longest draft this step, for the adaptive rows whose drafter proposes without a model pass
+        (``Drafter.previews``: prompt lookup, the suffix drafter), asked before K is chosen (module docstring); a
+        drafter's error in place of its draft. Empty on a step whose adaptive rows do not speculate."""
+        if stalled and not self.speculate_after_prefill:
+            return {}
+        held = {}
+        for r, q in enumerate(live):
+            room = q.options.max_new_tokens - len(q.result.tokens)
+            if q.adaptive and room > 1 and q.method.drafter.previews:
+                q.method.k = q.k_max  # the last step cut it to that step's K
+                try:
+                    held[r] = q.method.draft(q.seq, room - 1)
+                except Exception as e:  # noqa: BLE001 -- the request fails at this step, the others go on
+                    held[r] = e
+        return held
+
+    def _cut(self, draft: Draft, k: int) -> Draft:
+        """The first ``k`` tokens of a draft asked first, with their laws: a drafter without a model draws each
+        token from the committed context alone, so its cut draft is as exact as one proposed at ``k``."""
+        return replace(draft, tokens=draft.tokens[:k], q=None if draft.q is None else draft.q[:k])
+
+    def _choose_ks(self, live: list[_Request], stalled: bool = False, packed: bool = True,
+                   held: dict | None = None) -> list[int]:
         """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best
         (:meth:`run` measures the model whenever a request is adaptive), or 0 on a ``stalled`` step (module
-        docstring: the rows have just waited for a prefill)."""
+        docstring: the rows have just waited for a prefill). ``held``: the drafts asked first (:meth:`_previews`),
+        whose lengths the model then knows; such a row's K is at most its draft's length (K counts what it verifies)."""
         if not any(q.adaptive for q in live):
             return [q.k_max for q in live]
         if stalled and not self.speculate_after_prefill:
             return [0 if q.adaptive else q.k_max for q in live]
-        return self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
-                                      packed=packed, pools=[q.pool for q in live])
+        held = held or {}
+        proposals = [len(d.tokens) if isinstance(d, Draft) else None for d in map(held.get, range(len(live)))]
+        ks = self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
+                                    packed=packed, pools=[q.pool for q in live], proposals=proposals)
+        return [k if d is None else min(k, d) for k, d in zip(ks, proposals)]  # a held row verifies what it holds
 
     def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
         q.done = True
@@ -420,7 +464,8 @@ class StepCost:
     (:meth:`best_ks`; :meth:`best_k`: one K for every row).
 
     A row allowed K draft tokens feeds only those its drafter proposes: ``F_1 + … + F_K`` of them on average, F_i
-    the chance of an i-th proposal when allowed one (:meth:`fill`). A model draft proposes all K; a drafter without a
+    the chance of an i-th proposal when allowed one (:meth:`fill`), or exactly ``min(K, d)`` for a row that already
+    holds a proposal of d tokens (``proposals`` of :meth:`best_ks`). A model draft proposes all K; a drafter without a
     model proposes only where it finds a match (prompt lookup on a chat request, say, on one step in three), and
     costs nothing in the pass where it finds none, so its K is priced by what it feeds, not by what it is allowed.
     Such a drafter feeds all of its K or nothing, and where each token added to a pass costs more the longer the
@@ -442,6 +487,7 @@ class StepCost:
     request's prompt lookup says little of what a grounded request's copy will do."""
 
     K_MAX = 32
+    HELD_FLOOR = 1  # the fewest draft tokens of a proposal a row already holds that it verifies (best_ks)
     PRIOR_TESTS = 4
     DECAY = 0.9  # the weight of a row's earlier drafting steps against each later one's
     ROWS = (1, 2, 4, 8, 16, 32)
@@ -605,9 +651,10 @@ class StepCost:
         share their prior, class docstring), or None for one pool of every row."""
         return self._expected(rows, pools)[0]
 
-    def _expected(self, rows, pools=None) -> tuple[np.ndarray, np.ndarray]:
+    def _expected(self, rows, pools=None, proposals=None) -> tuple[np.ndarray, np.ndarray]:
         """``[rows, K_MAX + 1]``: the tokens each row is expected to add at each K (:meth:`gains`); ``[rows,
-        K_MAX]``: its fills F (:meth:`fill`), from which its expected feed follows (:meth:`_upto_k`)."""
+        K_MAX]``: its fills F (:meth:`fill`, or 1 up to the length of a proposal it holds, :meth:`best_ks`), from
+        which its expected feed follows (:meth:`_upto_k`)."""
         if pools is not None and len(pools) != len(rows):
             raise ValueError(f"pools must give one pool per row ({len(rows)}), got {len(pools)}")
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
@@ -618,6 +665,9 @@ class StepCost:
         for pool, c in zip(pools, tallies):
             pooled[pool] = pooled.get(pool, 0) + c
         F, A = map(np.array, zip(*(self._rates(c, pooled[p]) for c, p in zip(tallies, pools))))  # [rows, K_MAX] each
+        for r, d in enumerate(proposals or []):
+            if d is not None:  # the row's feed is known: its proposal, as far as K allows
+                F[r] = np.arange(1, self.K_MAX + 1) <= d
         return 1.0 + self._upto_k(F * A), F  # K = 0: one token
 
     @staticmethod
@@ -627,15 +677,19 @@ class StepCost:
         return np.hstack([np.zeros((len(x), 1)), np.cumsum(x, axis=1)])
 
     def best_ks(self, rows: list[tuple[Stats, list[int], int | None]], packed: bool = True,
-                pools: list | None = None) -> list[int]:
+                pools: list | None = None, proposals: list[int | None] | None = None) -> list[int]:
         """Each live row's K this step (``rows`` and ``pools`` as :meth:`gains`; fixed rows keep theirs): the choice
         that maximizes the :attr:`objective` (class docstring). ``packed``: the verify pass costs what its tokens
         cost (:meth:`~specdec_core.serving.cache.BatchLM.verify`, ``t(n, tokens / n)``); else every row pays the
         longest feed, ``t(n, max K + 1)``. The choices tried: one K for every adaptive row (0 to K_MAX), and for each
         price λ of a drafted token, each row's K maximizing its own ``gain(K) − λ K`` (the throughput objective's
         frontier) and ``log gain(K) − λ K`` (the latency one's), so a row whose draft is nearly sure drafts long
-        while its neighbours, whose next token is a coin toss, draft little or nothing."""
-        return self._best(rows, packed, per_row=True, pools=pools).tolist()
+        while its neighbours, whose next token is a coin toss, draft little or nothing.
+
+        ``proposals``: per row, the length of the draft it already holds (None: none asked). The engine asks a
+        drafter without a model first (``Drafter.previews``), so such a row's feed is known, not a fill rate, and
+        its drafting is already paid; and a row holding a proposal drafts at least :attr:`HELD_FLOOR` of it."""
+        return self._best(rows, packed, per_row=True, pools=pools, proposals=proposals).tolist()
 
     def best_k(self, rows: list[tuple[Stats, list[int], int | None]], pools: list | None = None) -> int:
         """One K for every adaptive row (``rows`` and ``pools`` as :meth:`gains`), every row paying the longest feed:
@@ -643,12 +697,16 @@ class StepCost:
         ks = self._best(rows, packed=False, per_row=False, pools=pools)
         return next((int(k) for k, (_, _, fixed) in zip(ks, rows) if fixed is None), 0)
 
-    def _best(self, rows, packed: bool, per_row: bool, pools=None) -> np.ndarray:
+    def _best(self, rows, packed: bool, per_row: bool, pools=None, proposals=None) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        G, F = self._expected(rows, pools)
+        if proposals is not None and len(proposals) != len(rows):
+            raise ValueError(f"proposals must give one length or None per row ({len(rows)}), got {len(proposals)}")
+        G, F = self._expected(rows, pools, proposals)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
+        held = np.array([d is not None for d in proposals or [None] * n])
+        floor = np.array([min(d or 0, self.HELD_FLOOR) for d in proposals or [None] * n])
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
         steps = np.arange(self.K_MAX + 1)
         choices = [steps[:, None].repeat(n, axis=1)]  # one K for every adaptive row
@@ -656,9 +714,9 @@ class StepCost:
             lam = self.PRICES[:, None, None]
             each = [np.argmax(value - lam * steps, axis=2) for value in (G, np.log(G))]  # [prices, rows] twice
             choices.append(np.stack(each, axis=1).reshape(-1, n))  # at each price, gain's choice then log gain's
-        ks = np.where(fixed, own, np.concatenate(choices))  # [choices, rows]
+        ks = np.where(fixed, own, np.maximum(np.concatenate(choices), floor))  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
-        drafted = self._upto_k(F)[np.arange(n), ks].sum(axis=1)  # [choices]: the draft tokens expected in all
+        drafted = (self._upto_k(F)[np.arange(n), ks] * ~held).sum(axis=1)  # [choices]: the draft tokens yet to draft
         seconds = self.verify_time(n, ks, F, packed) + self.draft_time() * drafted
         if self.objective == "throughput":
             score = added.sum(axis=1) / seconds

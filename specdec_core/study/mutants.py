@@ -27,6 +27,8 @@ Notation: p = target law, q = draft law.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..adaptive.suffix import SuffixDrafter
@@ -325,7 +327,8 @@ class SuffixFrequencyQ(SuffixDrafter):
 
 
 __all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "PeekingChooser",
-                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit", "NeighbourLogitsEngine"]
+                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit", "NeighbourLogitsEngine",
+                         "MisalignedCutEngine"]
 
 
 def batch_smallest_commit(verdicts):
@@ -342,6 +345,16 @@ def accept_untested(draft_tokens, draft_probs, target_probs, generator):
     K = len(draft_tokens)
     last = int(sample(target_probs[K], generator))
     return torch.cat([draft_tokens, torch.tensor([last], dtype=torch.long)]), K
+
+
+class MisalignedCutEngine(Engine):
+    """MUTANT engine (:class:`~specdec_core.serving.Engine`): a draft asked before K (a drafter without a model) is
+    cut to its first K tokens with the laws of its *last* K, the slip of a slice taken from the wrong end. Where the
+    cut is shorter than the proposal, tokens are tested against other tokens' laws. Caught by the engine's law test
+    on prompt lookup rows (greedy rows compare tokens only, so greedy identity cannot see it)."""
+
+    def _cut(self, draft, k):
+        return replace(draft, tokens=draft.tokens[:k], q=None if draft.q is None else draft.q[len(draft.tokens) - k:])
 
 
 class NeighbourLogitsEngine(Engine):

@@ -63,22 +63,24 @@ class Replay:
 
 def replay(trace: list[tuple[int, int]], rule, cost: StepCost, max_new_tokens: int) -> Replay:
     """Decode one request's ``trace`` (:func:`lookup_trace`) at B = 1. ``rule``: a fixed K (int), or
-    ``"adaptive"`` (``cost.best_ks``, which learns from the replayed steps as it does in the engine), or a callable
-    ``(stats, ks) -> K``. Each step's K is cut to the room left (``max_new_tokens`` − tokens so far − 1), as the
-    engine cuts it; the step costs ``cost.t(1, 1 + fed) + cost.draft_time() · fed``."""
+    ``"adaptive"`` (``cost.best_ks``, which learns from the replayed steps as it does in the engine, and knows each
+    step's proposal as the engine does, which asks prompt lookup first), or a callable ``(stats, ks) -> K``. Each
+    step's K is cut to the room left (``max_new_tokens`` − tokens so far − 1), as the engine cuts it; the step costs
+    ``cost.t(1, 1 + fed) + cost.draft_time() · fed``."""
     if isinstance(rule, int) and not isinstance(rule, bool) and rule >= 0:
-        choose = lambda stats, ks: rule  # noqa: E731
+        choose = lambda stats, ks, held: rule  # noqa: E731
     elif rule == "adaptive":
-        choose = lambda stats, ks: cost.best_ks([(stats, ks, None)])[0]  # noqa: E731
+        choose = lambda stats, ks, held: cost.best_ks([(stats, ks, None)], proposals=[held])[0]  # noqa: E731
     elif callable(rule):
-        choose = rule
+        choose = lambda stats, ks, held: rule(stats, ks)  # noqa: E731
     else:
         raise ValueError(f"rule must be a K >= 0, 'adaptive' or a callable (stats, ks) -> K, got {rule!r}")
     stats, ks = Stats("linear"), []
     p, seconds, end = 1, 0.0, len(trace) + 1
     while p < end:
-        k = min(int(choose(stats, ks)), max_new_tokens - p - 1)
         proposal, matched = trace[p - 1]
+        room = max_new_tokens - p - 1  # the most a step may draft: the target's own token takes the last place
+        k = min(int(choose(stats, ks, min(proposal, room) if room >= 1 else None)), room)
         d = min(k, proposal)
         a = min(matched, d)
         stats.record_step(min(d, a + 1), a, d, [], 0)
