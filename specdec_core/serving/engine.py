@@ -418,16 +418,15 @@ class Engine:
         """Each row's K this step: fixed requests their own; adaptive ones the K the step-cost model predicts best
         (:meth:`run` measures the model whenever a request is adaptive), or 0 on a ``stalled`` step (module
         docstring: the rows have just waited for a prefill). ``held``: the drafts asked first (:meth:`_previews`),
-        whose lengths the model then knows; such a row's K is at most its draft's length (K counts what it verifies)."""
+        whose lengths the model then knows (:meth:`StepCost.best_ks`)."""
         if not any(q.adaptive for q in live):
             return [q.k_max for q in live]
         if stalled and not self.speculate_after_prefill:
             return [0 if q.adaptive else q.k_max for q in live]
         held = held or {}
         proposals = [len(d.tokens) if isinstance(d, Draft) else None for d in map(held.get, range(len(live)))]
-        ks = self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
-                                    packed=packed, pools=[q.pool for q in live], proposals=proposals)
-        return [k if d is None else min(k, d) for k, d in zip(ks, proposals)]  # a held row verifies what it holds
+        return self.step_cost.best_ks([(q.result.stats, q.result.ks, None if q.adaptive else q.k_max) for q in live],
+                                      packed=packed, pools=[q.pool for q in live], proposals=proposals)
 
     def _retire(self, q: _Request, error, now, waiting, concurrency, progress) -> None:
         q.done = True
@@ -688,7 +687,9 @@ class StepCost:
 
         ``proposals``: per row, the length of the draft it already holds (None: none asked). The engine asks a
         drafter without a model first (``Drafter.previews``), so such a row's feed is known, not a fill rate, and
-        its drafting is already paid; and a row holding a proposal drafts at least :attr:`HELD_FLOOR` of it."""
+        its drafting is already paid; and a row holding a proposal drafts at least :attr:`HELD_FLOOR` of it and at
+        most all of it (its K counts what it verifies: past the proposal's length a K adds nothing, and costs
+        nothing)."""
         return self._best(rows, packed, per_row=True, pools=pools, proposals=proposals).tolist()
 
     def best_k(self, rows: list[tuple[Stats, list[int], int | None]], pools: list | None = None) -> int:
@@ -705,8 +706,10 @@ class StepCost:
         G, F = self._expected(rows, pools, proposals)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
-        held = np.array([d is not None for d in proposals or [None] * n])
-        floor = np.array([min(d or 0, self.HELD_FLOOR) for d in proposals or [None] * n])
+        proposals = proposals or [None] * n
+        held = np.array([d is not None for d in proposals])
+        floor = np.array([min(d or 0, self.HELD_FLOOR) for d in proposals])  # at least its first token
+        cap = np.array([self.K_MAX if d is None else d for d in proposals])  # at most what it holds
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
         steps = np.arange(self.K_MAX + 1)
         choices = [steps[:, None].repeat(n, axis=1)]  # one K for every adaptive row
@@ -714,7 +717,7 @@ class StepCost:
             lam = self.PRICES[:, None, None]
             each = [np.argmax(value - lam * steps, axis=2) for value in (G, np.log(G))]  # [prices, rows] twice
             choices.append(np.stack(each, axis=1).reshape(-1, n))  # at each price, gain's choice then log gain's
-        ks = np.where(fixed, own, np.maximum(np.concatenate(choices), floor))  # [choices, rows]
+        ks = np.where(fixed, own, np.clip(np.concatenate(choices), floor, cap))  # [choices, rows]
         added = G[np.arange(n), ks]  # [choices, rows]: the tokens each row is expected to add
         drafted = (self._upto_k(F)[np.arange(n), ks] * ~held).sum(axis=1)  # [choices]: the draft tokens yet to draft
         seconds = self.verify_time(n, ks, F, packed) + self.draft_time() * drafted
