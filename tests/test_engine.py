@@ -290,6 +290,37 @@ def test_a_row_holding_a_proposal_is_priced_by_it_and_verifies_at_least_its_firs
         cost.best_ks(doubtful, proposals=[1])
 
 
+def test_a_step_that_leaves_no_row_a_choice_is_answered_without_the_model():
+    """Choosing K evaluates the cost model (some 50 numpy calls: 0.36 ms a step on the book's CPU right after a verify
+    pass, 2 % of a one-row step), so a step whose rows have no choice left skips it: every row fixed, or holding a
+    proposal of 0 or ``HELD_FLOOR`` tokens (its floor is its cap). A row that holds more, or was asked nothing, is
+    still chosen for: a sure row holding 2 tokens where a drafted token costs 100 s verifies both, which the mutant
+    that answers every held row with its floor (1) gets wrong. Bad pools are refused either way."""
+    class Counting(StepCost):
+        calls = 0
+
+        def _expected(self, rows, pools=None, proposals=None):
+            self.calls += 1
+            return super()._expected(rows, pools, proposals)
+
+    class FloorMutant(Counting):
+        def _best(self, rows, packed, per_row, pools=None, proposals=None):
+            if proposals and all(d is not None for d in proposals):
+                return np.array([min(d, self.HELD_FLOOR) for d in proposals])
+            return super()._best(rows, packed, per_row, pools, proposals)
+
+    sure, fixed = _row(4, 4, allowed=4), (*_row(4, 4)[:2], 3)
+    cost = Counting(COSTS, draft_cost=100.0)
+    assert cost.best_ks([sure], proposals=[0]) == [0] and cost.best_ks([sure], proposals=[1]) == [1]
+    assert cost.best_ks([sure, fixed, sure], proposals=[0, None, 1]) == [0, 3, 1]
+    assert cost.calls == 0
+    assert cost.best_ks([sure], proposals=[2]) == [2] and cost.calls == 1
+    assert cost.best_ks([sure, sure], proposals=[0, None]) == [0, 0] and cost.calls == 2  # asked nothing: chosen
+    assert FloorMutant(COSTS, draft_cost=100.0).best_ks([sure], proposals=[2]) == [1]  # the mutant, caught above
+    with pytest.raises(ValueError, match="one pool per row"):
+        cost.best_ks([sure], pools=[0, 1], proposals=[0])
+
+
 def test_adaptive_rows_of_drafters_without_a_model_are_asked_first(toy16):
     """Prompt lookup and the suffix drafter propose without a model pass: the engine asks an adaptive row's drafter
     for its longest draft before choosing K and cuts it to K. Greedy, staggered arrivals, 3 rows: every request is

@@ -654,12 +654,10 @@ class StepCost:
         """``[rows, K_MAX + 1]``: the tokens each row is expected to add at each K (:meth:`gains`); ``[rows,
         K_MAX]``: its fills F (:meth:`fill`, or 1 up to the length of a proposal it holds, :meth:`best_ks`), from
         which its expected feed follows (:meth:`_upto_k`)."""
-        if pools is not None and len(pools) != len(rows):
-            raise ValueError(f"pools must give one pool per row ({len(rows)}), got {len(pools)}")
+        pools = self._pools(rows, pools)
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
-        pools = [0] * len(rows) if pools is None else pools
         pooled: dict = {}
         for pool, c in zip(pools, tallies):
             pooled[pool] = pooled.get(pool, 0) + c
@@ -668,6 +666,13 @@ class StepCost:
             if d is not None:  # the row's feed is known: its proposal, as far as K allows
                 F[r] = np.arange(1, self.K_MAX + 1) <= d
         return 1.0 + self._upto_k(F * A), F  # K = 0: one token
+
+    @staticmethod
+    def _pools(rows, pools) -> list:
+        """Each row's pool (:meth:`gains`): ``pools``, or one pool of every row for None."""
+        if pools is not None and len(pools) != len(rows):
+            raise ValueError(f"pools must give one pool per row ({len(rows)}), got {len(pools)}")
+        return [0] * len(rows) if pools is None else pools
 
     @staticmethod
     def _upto_k(x: np.ndarray) -> np.ndarray:
@@ -689,7 +694,9 @@ class StepCost:
         drafter without a model first (``Drafter.previews``), so such a row's feed is known, not a fill rate, and
         its drafting is already paid; and a row holding a proposal drafts at least :attr:`HELD_FLOOR` of it and at
         most all of it (its K counts what it verifies: past the proposal's length a K adds nothing, and costs
-        nothing)."""
+        nothing). Where that leaves no row a choice (each fixed, or holding no proposal or one of ``HELD_FLOOR``
+        tokens, as on the steps where a lone chat request's prompt lookup finds no match), the answer is given without
+        evaluating the model: such a step's K costs nothing to choose."""
         return self._best(rows, packed, per_row=True, pools=pools, proposals=proposals).tolist()
 
     def best_k(self, rows: list[tuple[Stats, list[int], int | None]], pools: list | None = None) -> int:
@@ -703,7 +710,7 @@ class StepCost:
         choices."""
         if proposals is not None and len(proposals) != len(rows):
             raise ValueError(f"proposals must give one length or None per row ({len(rows)}), got {len(proposals)}")
-        G, F = self._expected(rows, pools, proposals)
+        self._pools(rows, pools)
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         proposals = proposals or [None] * n
@@ -711,6 +718,9 @@ class StepCost:
         floor = np.array([min(d or 0, self.HELD_FLOOR) for d in proposals])  # at least its first token
         cap = np.array([self.K_MAX if d is None else d for d in proposals])  # at most what it holds
         own = np.array([min(k, self.K_MAX) if k is not None else 0 for _, _, k in rows])
+        if (fixed | (floor == cap)).all():  # no choice left (best_ks): the model is not needed
+            return np.where(fixed, own, floor)
+        G, F = self._expected(rows, pools, proposals)
         steps = np.arange(self.K_MAX + 1)
         choices = [steps[:, None].repeat(n, axis=1)]  # one K for every adaptive row
         if per_row and n > 1:  # each row's own K at each price λ of an allowed draft token (one row: K's above)
