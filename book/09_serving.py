@@ -648,3 +648,9 @@ display(Markdown("\n".join(summary)))
 #    subclass of `StepCost` with `HELD_FLOOR = 0`, passed as `step_cost`, beside the default on the same schedules)
 #    and compare goodput with `ld.goodput_verdicts`. Which class of requests gains or loses, and at how many live rows
 #    does the floor bind (the steps where a row holding a proposal would otherwise take K = 0)?
+# 8. Tiles: chapter 1's rows kernel multiplies up to `kernels.load().ROWS_PER_TILE` token rows (14 with AVX-512) in
+#    one sweep over a block of weights, so a pass over one token more than a tile sweeps them twice. Time
+#    `BatchLM.verify` over 8 rows feeding 8 to 48 tokens in all: where does the time jump, and how far does the
+#    step-cost model's linear interpolation between its measured T miss it? Give the model the tile boundaries (a
+#    `StepCost` whose `t` interpolates in total tokens) and serve the highest load with both, as in exercise 7. (Where
+#    the target runs through torch, chapter 1's line says so, look for the steps of the library's own kernels.)
