@@ -694,7 +694,7 @@ class StepCost:
         drafter without a model first (``Drafter.previews``), so such a row's feed is known, not a fill rate, and
         its drafting is already paid; and a row holding a proposal drafts at least :attr:`HELD_FLOOR` of it and at
         most all of it (its K counts what it verifies: past the proposal's length a K adds nothing, and costs
-        nothing). Where that leaves no row a choice (each fixed, or holding no proposal or one of ``HELD_FLOOR``
+        nothing). Where that leaves no row a choice (each fixed, or holding an empty proposal or one of ``HELD_FLOOR``
         tokens, as on the steps where a lone chat request's prompt lookup finds no match), the answer is given without
         evaluating the model: such a step's K costs nothing to choose."""
         return self._best(rows, packed, per_row=True, pools=pools, proposals=proposals).tolist()
