@@ -654,7 +654,8 @@ class StepCost:
         """``[rows, K_MAX + 1]``: the tokens each row is expected to add at each K (:meth:`gains`); ``[rows,
         K_MAX]``: its fills F (:meth:`fill`, or 1 up to the length of a proposal it holds, :meth:`best_ks`), from
         which its expected feed follows (:meth:`_upto_k`)."""
-        pools = self._pools(rows, pools)
+        self._per_row(rows, pools, "pools", "one pool")
+        pools = [0] * len(rows) if pools is None else pools
         tallies = [self.counts(s, ks) for s, ks, _ in rows]
         live = {id(s) for s, _, _ in rows}  # a finished row's tallies are not read again: keep the live rows' only
         self._tallies = {i: rec for i, rec in self._tallies.items() if i in live}
@@ -668,11 +669,10 @@ class StepCost:
         return 1.0 + self._upto_k(F * A), F  # K = 0: one token
 
     @staticmethod
-    def _pools(rows, pools) -> list:
-        """Each row's pool (:meth:`gains`): ``pools``, or one pool of every row for None."""
-        if pools is not None and len(pools) != len(rows):
-            raise ValueError(f"pools must give one pool per row ({len(rows)}), got {len(pools)}")
-        return [0] * len(rows) if pools is None else pools
+    def _per_row(rows, values, name: str, each: str) -> None:
+        """Refuse ``values`` (``pools``, ``proposals``) that are not None and do not give ``each`` per row."""
+        if values is not None and len(values) != len(rows):
+            raise ValueError(f"{name} must give {each} per row ({len(rows)}), got {len(values)}")
 
     @staticmethod
     def _upto_k(x: np.ndarray) -> np.ndarray:
@@ -708,9 +708,8 @@ class StepCost:
     def _best(self, rows, packed: bool, per_row: bool, pools=None, proposals=None) -> np.ndarray:
         """The K of every row (:meth:`best_ks`), among one K for all adaptive rows and, ``per_row``, the per-price
         choices."""
-        if proposals is not None and len(proposals) != len(rows):
-            raise ValueError(f"proposals must give one length or None per row ({len(rows)}), got {len(proposals)}")
-        self._pools(rows, pools)
+        self._per_row(rows, proposals, "proposals", "one length or None")
+        self._per_row(rows, pools, "pools", "one pool")
         n = len(rows)
         fixed = np.array([k is not None for _, _, k in rows])
         proposals = proposals or [None] * n
