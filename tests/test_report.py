@@ -84,3 +84,21 @@ def test_verdict_words_are_recognised():
 def test_caption_says_whether_the_prefill_is_counted():
     assert report.caption("Speedup.", prefill=True).endswith(report.PREFILL_COUNTED)
     assert "prefill" in report.caption("Speedup.", prefill=False)
+
+
+def test_a_verdict_table_says_its_caveat_once_and_keeps_the_rule():
+    """report.verdict_table: rows below MIN_PAIRS get no verdict word ("—") and one footnote says why; rows at or
+    above it get the IQR rule's word; a table with no small row has no footnote."""
+    import numpy as np
+
+    from specdec_core.study import report
+
+    rows = [dict(finding="small", ratios=[1.3, 1.4, 1.5]), dict(finding="big", ratios=np.linspace(1.1, 1.4, 8)),
+            dict(finding="tie", median=1.0, q25=0.9, q75=1.1, n=12)]
+    table, note = report.verdict_table(rows)
+    assert list(table.verdict) == [report.NO_VERDICT, "faster", "ties"]
+    assert list(table.n) == [3, 8, 12]
+    assert note.count(report.UNRESOLVED) == 1 and not report.VERDICT_WORDS.search(note)
+    assert report.verdict_table(rows[1:])[1] == ""
+    mutant = rows[0] | {"ratios": [1.3, 1.4, 1.5, 1.6, 1.7, 1.8]}  # six pairs: now the rule may speak
+    assert report.verdict_table([mutant])[0].verdict.iloc[0] == "faster"

@@ -15,6 +15,7 @@ handful of prompts, therefore exercises every finding's code without claiming an
 ``tests/test_book_outputs.py`` checks that no verdict word sits beside "unresolved".
 
     report.judged("agree", n=3)                   # 'unresolved at this size (n = 3, fewer than 6)'
+    report.verdict_table(rows)                    # findings as a table: one "—" per unresolved row, one footnote
     report.caption("Speedup over autoregressive decoding.", prefill=True)   # + ' Times include the prefill.'
 
 Chapters render their findings from these strings, so the words always match the numbers beside them.
@@ -112,3 +113,38 @@ def shown(table, digits: int = 3, blank: str = "—"):
         text = num.map(lambda x: f"{x:.0f}" if whole else f"{x:.{digits}f}")
         return text.where(num.notna(), c)
     return table.apply(col).where(table.notna(), blank)
+
+
+NO_VERDICT = "—"  # a verdict cell of a table whose sample is below the rule's size: the footnote says why, once
+
+
+def verdict_table(rows, min_n: int = MIN_PAIRS):
+    """Findings as a small table, and the footnote that goes under it (``""`` when none is needed).
+
+    ``rows``: ``{"finding": ..., "ratios": paired ratios}`` or ``{"finding": ..., "median", "q25", "q75", "n"}``
+    dicts, extra keys kept as columns. Each row gets ``median``, ``IQR``, ``n`` and ``verdict``; a row with fewer
+    than ``min_n`` pairs gets :data:`NO_VERDICT`, and the footnote says once, for the whole table, that such rows
+    are unresolved at this size: the caveat is a column and a footnote, not a phrase in every sentence.
+
+        table, note = report.verdict_table([{"finding": "linear vs AR", "ratios": r1}, ...])
+        book.show(table.set_index("finding"), "Speedup over autoregressive decoding." + note, prefill=True)
+    """
+    import pandas as pd
+
+    out = []
+    for row in rows:
+        row = dict(row)
+        if "ratios" in row:
+            r = np.asarray(list(row.pop("ratios")), dtype=float)
+            q25, med, q75 = np.percentile(r, [25, 50, 75]) if r.size else (np.nan,) * 3
+            row.update(median=med, q25=q25, q75=q75, n=int(r.size))
+        med, q25, q75, n = (float(row.pop(k)) for k in ("median", "q25", "q75", "n"))
+        word = verdict(med, q25, q75) if int(n) >= int(min_n) and n > 1 else NO_VERDICT
+        iqr = "—" if np.isnan(q25) else f"{q25:.2f}–{q75:.2f}"
+        out.append({**row, "median": "—" if np.isnan(med) else f"{med:.2f}×", "IQR": iqr, "n": int(n),
+                    "verdict": word})
+    table = pd.DataFrame(out)
+    small = [r["n"] for r in out if r["verdict"] == NO_VERDICT]
+    note = (f" {NO_VERDICT} in the verdict column: {UNRESOLVED} (n < {min_n} pairs; the verdict rule, "
+            "notation.md)." if small else "")
+    return table, note
