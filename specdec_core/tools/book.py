@@ -44,18 +44,17 @@ CHAPTER1_VERDICT = "01_bottleneck/verdict.csv"  # chapter 1's verdict per T: thr
 def banner(params_name: str | None):
     """The one-line banner a chapter opens with: which parameter file it ran with (``run_book.py`` injects
     ``params_name``; ``None``: the parameters cell's own defaults) and, at CI size, that its numbers exercise the
-    code and claim nothing (the verdict rule, :data:`~specdec_core.study.report.MIN_PAIRS`, withholds the words)."""
+    code and claim nothing. The verdict rule itself is stated once, in ``notation.md``."""
     from IPython.display import Markdown
 
-    rule = f"a verdict word is printed only for a sample of at least {report.MIN_PAIRS} pairs and an interval that supports it"
+    rule = f"verdicts need {report.MIN_PAIRS} or more prompts ([the verdict rule](notation.md))"
     if params_name is None:
-        text = f"**{BANNER} none** (the parameters cell's defaults, an interactive run): {rule}."
+        text = f"**{BANNER} none** (the parameters cell's defaults): {rule}."
     elif params_name == "ci":
-        text = (f"**{BANNER} `book/params/ci.yaml`**, the CI size: {CI_BANNER} (most findings below print "
-                f"“{report.UNRESOLVED}”; {rule}).")
+        text = f"**{BANNER} `ci.yaml`**, the CI size: {CI_BANNER}."
     else:
         name = params_name if params_name.endswith((".yaml", ".yml")) else f"{params_name}.yaml"
-        text = f"**{BANNER} `book/params/{name}`**: {rule}."
+        text = f"**{BANNER} `{name}`**: {rule}."
     return Markdown(text)
 
 
@@ -195,25 +194,23 @@ class Chapter:
         from IPython.display import Markdown
 
         threads = torch.get_num_threads()
-        where = f"{threads} thread(s), MKL_CBWR={os.environ.get('MKL_CBWR') or '(default)'}" \
-            if self.device.type == "cpu" else str(self.device)
+        cbwr = f", MKL_CBWR={os.environ['MKL_CBWR']}" if os.environ.get("MKL_CBWR") else ""
+        where = f"{threads} thread(s){cbwr}" if self.device.type == "cpu" else str(self.device)
         if verify_ratio is None and self.pair is not None:
             ids = ids if ids is not None else bench.median_length(self.bench_prompts) if self.encoded else None
             if ids is not None:
                 verify_ratio = bench.pass_costs(self.target, None, ids, ks=(k,), repeats=repeats)["verify_ratio"][k]
-        here = (f"verify({k + 1})/verify(1) = {verify_ratio:.2f} measured in this chapter" if verify_ratio is not None
-                else "verify cost not measured in this chapter")
+        here = (f"a verify pass over {k + 1} tokens costs {verify_ratio:.2f} one-token passes here"
+                if verify_ratio is not None else "verify cost not measured here")
         text = f"**Setting**: {where}; {here}."
         table, source = chapter1_verdict(self.out)
         row = table[table["T"] == k + 1] if table is not None else None
         if row is not None and len(row):
             r = row.iloc[0]
             bar = "within" if r.ratio <= r.one_pass else "above"
-            same = (self.device.type == "cpu" and int(r.threads) == threads)
-            text += (f" Chapter 1 ({source}, {int(r.threads)} thread(s), S = {int(r.S)}): t({k + 1})/t(1) = "
-                     f"{r.ratio:.2f}, {bar} its “about one pass” bar ({r.one_pass:g}×)"
-                     + ("." if same else f"; not this chapter's setting ({threads} thread(s) here), so its verdict "
-                        "is about another one."))
+            other = "" if self.device.type == "cpu" and int(r.threads) == threads else f" at {int(r.threads)} thread(s)"
+            text += (f" Chapter 1 ({source}{other}): t({k + 1})/t(1) = {r.ratio:.2f}, "
+                     f"{bar} its {r.one_pass:g}× bar.")
         elif table is not None:
             text += f" Chapter 1 ({source}) did not time T = {k + 1}."
         else:
@@ -301,3 +298,59 @@ def draw_tree(ax, tree, labels=None, path=(), title: str = ""):
            title=title)
     ax.grid(False)
     return ax
+
+
+# -- chapter 0's picture of a step (chapter 3 shows its by-hand step the same way) -----------------------------------
+STEP_COLOURS = {"accepted": "#009E73", "rejected": "#D55E00", "untested": "#999999", "target": "#0072B2"}
+STEP_LEGEND = ("<span style='color:{accepted}'>accepted</span> draft tokens, the first "
+               "<span style='color:{rejected}'><s>rejected</s></span> one, those after it never "
+               "<span style='color:{untested}'><s>tested</s></span>, and the target's own token "
+               "<span style='color:{target}'><b>[in brackets]</b></span>: a correction after a rejection, "
+               "a bonus after a full acceptance.").format(**STEP_COLOURS)
+
+
+def step_parts(drafted: list[int], accepted: int, target_token: int) -> list[tuple[int, str]]:
+    """The fate of each token of one step, in order: ``(token, fate)`` with fate ``"accepted"``, ``"rejected"`` (the
+    first draft token the target disagreed with), ``"untested"`` (drafts after it) and ``"target"`` (the target's own
+    token, which every step adds). ``accepted``: how many draft tokens were kept, in ``[0, len(drafted)]``."""
+    if not 0 <= accepted <= len(drafted):
+        raise ValueError(f"accepted must be in [0, {len(drafted)}] for a draft of {len(drafted)} tokens, got {accepted}")
+    fates = ["accepted"] * accepted + (["rejected"] if accepted < len(drafted) else [])
+    fates += ["untested"] * (len(drafted) - len(fates))
+    return list(zip(drafted, fates)) + [(target_token, "target")]
+
+
+def step_html(tokenizer, context: list[int], drafted: list[int], accepted: int, target_token: int,
+              context_chars: int = 60) -> str:
+    """One speculative step as a line of text: the end of its ``context`` in grey, then the draft's tokens coloured
+    by their fate (:func:`step_parts`) and the target's own token in brackets. Returns an HTML fragment."""
+    import html
+
+    def text(ids):
+        return html.escape(tokenizer.decode(ids)).replace("\n", "⏎")
+    tail = tokenizer.decode(context, skip_special_tokens=True)[-context_chars:].replace("\n", "⏎")
+    spans = [f"<span style='color:#666'>…{html.escape(tail)}</span>"]
+    for tok, fate in step_parts(drafted, accepted, target_token):
+        colour = STEP_COLOURS[fate]
+        word = text([tok])
+        if fate in ("rejected", "untested"):
+            word = f"<s>{word}</s>"
+        if fate == "target":
+            word = f"<b>[{word}]</b>"
+        spans.append(f"<span style='color:{colour}'>{word}</span>")
+    return "".join(spans)
+
+
+def steps_table(tokenizer, steps: list[dict], context_chars: int = 60):
+    """Several steps (dicts with ``context``, ``drafted``, ``accepted``, ``target``) as an HTML table: one row a
+    step, its text (:func:`step_html`), and its counts. Displays in Jupyter and in the rendered book alike."""
+    from IPython.display import HTML
+
+    rows = []
+    for i, s in enumerate(steps, 1):
+        line = step_html(tokenizer, s["context"], s["drafted"], s["accepted"], s["target"], context_chars)
+        rows.append(f"<tr><td>{i}</td><td style='text-align:left;font-family:monospace'>{line}</td>"
+                    f"<td>{s['accepted']} of {len(s['drafted'])}</td><td>{s['accepted'] + 1}</td></tr>")
+    head = ("<tr><th>step</th><th style='text-align:left'>the text so far, then this step's tokens</th>"
+            "<th>draft kept</th><th>tokens added</th></tr>")
+    return HTML(f"<p>{STEP_LEGEND}</p><table>{head}{''.join(rows)}</table>")
