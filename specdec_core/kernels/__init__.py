@@ -47,9 +47,8 @@ SOURCE = Path(__file__).with_name("rows.cpp")
 ENV = "SPECDEC_CPU_KERNEL"
 CHOICES = ("auto", "rows", "torch")
 MAX_ROWS = 512  # the longest input the kernel takes: a verify pass (K + 1 tokens or tree nodes), the engine's packed
-# pass over all its rows' feeds (8 rows of 9 tokens are 72), a prompt's prefill; past 64 rows the calibration of
-# 2026-12-06 (AMD EPYC, 2 cores) timed the kernel at 0.42-0.47 of torch's time (it stopped at 64 before, and an
-# engine pass of 72 tokens cost 2.2x one with the kernel)
+# pass over all its rows' feeds (8 rows of 9 tokens are 72), a prompt's prefill; the calibration times both paths
+# up to this many rows on the machine (CALIBRATION_COUNTS), and chapter 1 reports what it found
 CALIBRATION_COUNTS = (1, 2, 5, 9, 17, 25, 33, 49, 64, 96, 128, 256, 512)  # the row counts calibrate() times
 
 _module = None  # the compiled extension, once loaded
@@ -423,6 +422,14 @@ def register_gqa_sdpa() -> None:
     AttentionInterface.register(ROWS_ATTENTION, rows_attention)
     for name in (GQA_SDPA, ROWS_ATTENTION):
         ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)  # the masks transformers builds for sdpa
+
+
+def announce(paths: dict[str, str]) -> None:
+    """One line for a loaded pair: each model's CPU verify path (``{"target": "rows", "model": "torch"}``), printed once
+    per process; the calibration behind it is in ``build/kernels/`` (:func:`choose` prints it when not quiet)."""
+    if paths:
+        said = ", ".join(f"{name} {'the rows kernel' if path == 'rows' else 'torch'}" for name, path in paths.items())
+        _say(f"specdec: CPU verify path: {said} (calibrated once per machine; {ENV}=rows|torch overrides)", False)
 
 
 def _say(line: str, quiet: bool) -> None:

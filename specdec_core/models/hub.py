@@ -268,8 +268,9 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     except OSError as e:
         raise ValueError(f"cannot load model {name!r}: {e}") from e
     kernel_path = device.type == "cpu" and dtype == torch.float32
+    paths = {}  # the CPU verify path of each model: calibrated once per machine (kernels/), said in one line below
     if kernel_path:
-        kernels.choose(target)  # the CPU verify path: calibrated once per machine, printed once (kernels/)
+        paths["target"] = kernels.choose(target, quiet=True)
     tok = _load_tokenizer(path)
     drafters: dict = {"ngram": NGramDrafter(), "suffix": SuffixDrafter()}
     if draft is not None:
@@ -285,7 +286,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
         for d in drafters.values():
             m = getattr(d, "model", None)
             if isinstance(m, torch.nn.Module) and m is not target:
-                kernels.choose(m)
+                paths[d.name] = kernels.choose(m, quiet=True)
+        kernels.announce(paths)
     return Pair(target=target, tokenizer=tok, drafters=_with_hybrid(drafters), name=name)
 
 
