@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED := 1
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_OFFLINE ?= 1  # a hub id as TARGET/DRAFT: HF_HUB_OFFLINE=0 make reproduce TARGET=owner/name
 
-.PHONY: venv kernels test test-fast reproduce book models bench gpu-reference lab clean
+.PHONY: venv kernels browser test test-fast reproduce book models bench gpu-reference lab clean
 
 venv: $(STAMP)
 
@@ -51,10 +51,18 @@ TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BOOK_JOBS ?= 2
 # tests marked chapter2 are checks chapter 2 asserts at the same sizes (tests/test_exactness.py): the chapter runs them here
-test: venv kernels
+test: venv kernels browser
 	$(PY) -m pytest -q $(XDIST) tests -m "not chapter2"
 	$(PY) scripts/run_book.py --params ci --out $(BUILD)/book-ci --jobs $(BOOK_JOBS) --alone 01
-	SPECDEC_REQUIRE_BOOK=1 $(PY) -m pytest -q tests/test_book_outputs.py
+	$(PY) -m specdec_core.tools.render $(BUILD)/book-ci --params ci
+	SPECDEC_REQUIRE_BOOK=1 $(PY) -m pytest -q tests/test_book_outputs.py tests/test_book_browser.py
+
+## make browser: Debian's chromium for the rendered book's browser check (tests/test_book_browser.py), where this
+# machine can install it (root and a package registry); where it cannot, the check says so and skips
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } \
+	  || echo "browser: no chromium installed here; tests/test_book_browser.py will skip, saying why"
 
 test-fast: venv
 	$(PY) -m pytest -q $(XDIST) tests -m "not slow"
@@ -81,8 +89,8 @@ bench: venv
 	$(PY) scripts/bench_autoregressive.py
 
 ## make gpu-reference: the book on a GPU in one command (scripts/gpu_reference.py, at most 8 minutes on one H200):
-## data/reference/cuda-<device>/. On the lent GPU machine, which has its own python3, torch and transformers and no
-## package registry: make gpu-reference PY=python3 (no .venv). Without a GPU: GPU_ARGS="--device cpu --smoke"
+## data/reference/cuda-<device>/. On a GPU machine without a package registry, which has its own python3, torch and
+## transformers: make gpu-reference PY=python3 (no .venv). Without a GPU: GPU_ARGS="--device cpu --smoke"
 gpu-reference: $(if $(filter $(VENV)/%,$(PY)),venv,)
 	PYTHONPATH=. $(PY) scripts/gpu_reference.py $(GPU_ARGS)
 
