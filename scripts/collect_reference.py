@@ -51,6 +51,28 @@ KEEP = [
     "11_where_it_pays/draft_share.csv", "11_where_it_pays/traffic_mix.csv", "11_where_it_pays/speedup_by_task.png",
     "11_where_it_pays/traffic_mix.png", "11_where_it_pays/draft_lengths.png", "11_where_it_pays/beside_the_field.csv",
 ]
+NOTEBOOKS = "notebooks"  # the run's executed chapters, with their outputs: `make book` renders them, `make lab` opens them
+NOTEBOOKS_MAX_MB = 15.0  # what the repository holds of them at most
+
+
+def copy_notebooks(build, dest, partial: bool = False, max_mb: float = NOTEBOOKS_MAX_MB) -> list:
+    """The run's executed chapters (``<build>/notebooks/NN_*.ipynb``, not papermill's ``.input`` copies) copied to
+    ``<dest>/notebooks/``: they replace what was there (``partial``: they replace their own chapters and the others
+    are kept); refused, naming the size, when they exceed ``max_mb``."""
+    found = sorted(p for p in (build / NOTEBOOKS).glob("[0-9][0-9]_*.ipynb") if not p.name.endswith(".input.ipynb"))
+    size = sum(p.stat().st_size for p in found) / 1e6
+    if size > max_mb:
+        raise SystemExit(f"{build / NOTEBOOKS}: the executed chapters take {size:.1f} MB, more than the "
+                         f"{max_mb:g} MB the reference keeps")
+    out = dest / NOTEBOOKS
+    out.mkdir(parents=True, exist_ok=True)
+    if not partial:
+        for old in out.glob("*.ipynb"):
+            old.unlink()
+    for nb in found:
+        shutil.copy2(nb, out / nb.name)
+    print(f"copied {len(found)} executed chapters ({size:.1f} MB) to {out}")
+    return found
 
 
 def merge_timings(src, dest) -> None:
@@ -108,6 +130,7 @@ def main() -> int:
         else:
             shutil.copy2(src, dest / rel)
     print(f"copied {len(KEEP) - len(missing)} files to {dest}")
+    copy_notebooks(build, dest, partial=args.partial)
     if missing:
         print("missing (not produced by this run):", ", ".join(missing), file=sys.stderr)
     if args.readme:

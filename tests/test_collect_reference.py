@@ -81,3 +81,27 @@ def test_timings_of_another_shape_are_refused_by_name(tmp_path):
     proc = collect(build, dest, "--partial")
     assert proc.returncode != 0 and "unexpected timings header" in proc.stderr
     assert (dest / "timings.csv").read_text() == "notebook,seconds\n00_quickstart,39.1\n"  # nothing overwritten
+
+
+def test_the_executed_chapters_are_kept_beside_the_tables_within_their_size(tmp_path):
+    """A whole run's executed notebooks replace the reference's (papermill's .input copies are left out); a partial
+    run replaces only its own; notebooks over the size limit are refused, naming their size."""
+    build, dest = tmp_path / "build", tmp_path / "ref"
+    (build / "notebooks").mkdir(parents=True)
+    (dest / "notebooks").mkdir(parents=True)
+    (dest / "notebooks" / "99_gone.ipynb").write_text("{}")
+    (build / "timings.csv").write_text(whole_run())
+    for stem in STEMS[:2]:
+        (build / "notebooks" / f"{stem}.ipynb").write_text('{"cells": []}')
+        (build / "notebooks" / f"{stem}.input.ipynb").write_text("{}")
+    proc = collect(build, dest)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (dest / "notebooks").iterdir()) == [f"{s}.ipynb" for s in STEMS[:2]]
+    (dest / "notebooks" / "99_gone.ipynb").write_text("{}")
+    (build / "notebooks" / f"{STEMS[0]}.ipynb").write_text('{"cells": [1]}')
+    assert collect(build, dest, "--partial").returncode == 0
+    assert (dest / "notebooks" / "99_gone.ipynb").is_file()          # kept by a partial run
+    assert (dest / "notebooks" / f"{STEMS[0]}.ipynb").read_text() == '{"cells": [1]}'
+    (build / "notebooks" / f"{STEMS[1]}.ipynb").write_text("x" * 16_000_000)
+    proc = collect(build, dest)
+    assert proc.returncode != 0 and "16.0 MB, more than the 15 MB" in proc.stderr
