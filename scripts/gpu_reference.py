@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every stage in under a minute")
     ap.add_argument("--out", help="output folder (default: data/reference/<device>/ on a GPU, build/gpu-reference/"
                                   "<device>[-smoke]/ otherwise)")
-    ap.add_argument("--root", help="write to ROOT/<device>/ instead (on a lent machine: --root $OUT)")
+    ap.add_argument("--root", help="write to ROOT/<device>/ instead (e.g. a folder that is copied back)")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds for the whole run; stages that no longer fit are skipped (default 450 on a GPU)")
     ap.add_argument("--only", nargs="+", choices=[n for n, _ in gpu.STAGES], help="run only these stages")

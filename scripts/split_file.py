@@ -1,5 +1,5 @@
-"""A file in parts of at most M MiB, with a SHA-256 manifest, and back (the GGUF file on a machine that takes
-64 MiB a call; data/reference/README.md says how the parts travel).
+"""A file in parts of at most M MiB, with a SHA-256 manifest, and back (the GGUF file moved in
+pieces; data/reference/README.md says how).
 
     python scripts/split_file.py split FILE [--out DIR] [--parts N] [--max-mib M]   # DIR/<name>.part-i-of-N, <name>.parts.json
     python scripts/split_file.py join MANIFEST [--out FILE]                         # checks every part and the whole

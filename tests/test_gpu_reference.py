@@ -1,6 +1,6 @@
 """The GPU reference run and the static-shape step it times, kept alive on CPU.
 
-The run (``scripts/gpu_reference.py``) executes on a lent GPU now and then; here it runs every stage at smoke sizes
+The run (``scripts/gpu_reference.py``) executes on a GPU machine; here it runs every stage at smoke sizes
 on CPU, so it cannot rot while no GPU is at hand. The static step (``study/compiled.py``) must decode exactly what
 ``sd.generate`` decodes, in every mode this machine has; the CUDA-graph mode is checked where CUDA is."""
 import resource

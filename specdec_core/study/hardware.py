@@ -1,7 +1,7 @@
 """What another machine's committed reference run says, and what it predicts here.
 
 ``data/reference/cuda-*/`` holds the tables of a GPU reference run (:mod:`specdec_core.tools.gpu_reference`, made
-where a GPU was lent). Chapters 1, 6 and 10 read them back: ratios and shapes only (a pass's cost relative to
+on a GPU machine). Chapters 1, 6 and 10 read them back: ratios and shapes only (a pass's cost relative to
 another pass on the same device), never absolute times beside this run's, and the speedup Theorem 3.8 predicts from
 those cost ratios with an α that belongs to the weights, not to the hardware.
 """

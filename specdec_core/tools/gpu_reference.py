@@ -1,7 +1,7 @@
 """The book on a GPU: one prepared run (``scripts/gpu_reference.py``, ``make gpu-reference``) in six stages.
 
-This project has no GPU of its own; an H200 is lent now and then, for minutes. So the run is built and tested on
-CPU (``--device cpu --smoke``: every stage at tiny sizes, in a test) and executed in one go when a GPU is there.
+The run is built and tested on CPU (``--device cpu --smoke``: every stage at tiny sizes, in a test) and executed in
+one go on a GPU machine, which may have no package registry: it needs the working tree and nothing else.
 
 1. :func:`stage_core`: the core's CUDA path. Greedy identity in float64 on a toy pair (every method's tokens
    equal autoregressive decoding on the device, and the CPU's); a short chi-square family (sampled sequences
@@ -19,9 +19,9 @@ CPU (``--device cpu --smoke``: every stage at tiny sizes, in a test) and execute
 6. :func:`stage_embedded`: the real embedded pair's measured speedups, when its weights are on the machine.
 
 Stages 5 and 6 need the embedded pair's weights: the converted cache, or the GGUF file given with ``--gguf``, which
-also takes the manifest of its parts (:func:`split_file`, :func:`join_parts`: a lent machine takes 64 MiB a call).
+also takes the manifest of its parts (:func:`split_file`, :func:`join_parts`: the file moved in pieces, each checked).
 
-Outputs (:data:`FILES`, at most 8 files: what one device call can bring back): ``summary.md`` and one CSV per
+Outputs (:data:`FILES`, at most 8 files): ``summary.md`` and one CSV per
 table (the graphs stage's table shares ``embedded.csv``, a ``table`` column telling them apart: :data:`SHARED`).
 Each stage runs under a deadline and its own ``try``: a failed or skipped stage is recorded in ``summary.md`` and
 the others still run.
@@ -659,7 +659,7 @@ def stage_embedded(run: Run) -> None:
     run.notes["embedded"] = f"{source}: " + "; ".join(f"{r.runner} {r.median:.2f}× AR" for r in ratios.itertuples())
 
 
-# -- a file in parts (the GGUF file on a machine that takes 64 MiB a call) -------------------------------------
+# -- a file in parts (the GGUF file moved in pieces, each with its checksum) -------------------------------------
 MIB = 1 << 20
 
 
