@@ -94,12 +94,19 @@ bench: venv
 gpu-reference: $(if $(filter $(VENV)/%,$(PY)),venv,)
 	PYTHONPATH=. $(PY) scripts/gpu_reference.py $(GPU_ARGS)
 
+## make book: the committed reference run (data/reference/book/: its executed chapters and tables) rendered into
+## build/book-reference/index.html, nothing executed: the book to read on a fresh clone, in about a minute
+book: venv
+	$(PY) -m specdec_core.tools.render --reference
+
 ## make lab: JupyterLab on build/lab/, which links book/ (the chapters: a .py opens as a notebook, ready to
-## run) and executed/ (the notebooks of the last `make reproduce`, with their outputs: read without running);
+## run) and executed/ (the notebooks of the last `make reproduce`, with their outputs, else the committed
+## reference run's: read without running);
 ## LAB_ARGS: more options for jupyter lab (e.g. LAB_ARGS="--no-browser --port 8899")
 lab: venv
 	@mkdir -p $(LAB) && ln -sfn ../../book $(LAB)/book
 	@if [ -d $(BUILD)/book/notebooks ]; then ln -sfn ../book/notebooks $(LAB)/executed; \
+	elif [ -d data/reference/book/notebooks ]; then ln -sfn ../../data/reference/book/notebooks $(LAB)/executed; \
 	else rm -f $(LAB)/executed; echo "lab: no executed chapters yet (make reproduce writes them)"; fi
 	$(VENV)/bin/jupyter lab --notebook-dir=$(LAB) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 

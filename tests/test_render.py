@@ -250,3 +250,19 @@ def test_jupyterlab_opens_chapters_as_notebooks():
                if (Path(p) / "jupyterlab-jupytext").is_dir())
     bundle = " ".join(f.read_text(errors="ignore") for f in (ext / "static").glob("*.js"))
     assert 'FACTORY="Jupytext Notebook"' in bundle and '"python"' in bundle
+
+
+def test_the_committed_reference_renders_without_running_and_names_its_run(tmp_path):
+    """render_reference (make book): the reference's executed chapters and tables copied and rendered, its front page
+    naming the run's commit and machine from timings.csv (not the rendering machine); no notebooks: a clear error."""
+    from specdec_core.tools.render import BookError, render_reference
+
+    ref = make_run(tmp_path / "ref")
+    index = render_reference(ref, tmp_path / "out")
+    assert index == tmp_path / "out" / "index.html" and not (ref / "index.html").exists()
+    text = " ".join(" ".join(Page(index).text).split())
+    assert "the reference run of commit abc123" in text and "Test CPU, 2 cores" in text
+    empty = tmp_path / "empty"
+    (empty / "notebooks").mkdir(parents=True)
+    with pytest.raises(BookError, match="no executed chapters"):
+        render_reference(empty, tmp_path / "out2")

@@ -512,14 +512,47 @@ def _render(run_dir: Path, notebooks, params_name, readme, info, skipped: dict[s
     return run_dir / "index.html"
 
 
+def reference_info(timings: Path) -> dict[str, str]:
+    """The front page's description of a committed run, read from its ``timings.csv`` (commit, machine and date of
+    each chapter's row) rather than from the machine that renders it."""
+    import csv
+
+    with open(timings, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "commit" not in rows[0]:
+        raise BookError(f"{timings}: no commit, machine and date per chapter: not a reference run's timings")
+    def one(key):
+        return ", ".join(sorted({r[key] for r in rows if r.get(key)})) or "not recorded"
+    return {"run": f"the reference run of commit {one('commit')}", "machine": one("machine"), "date": one("date")}
+
+
+def render_reference(ref: Path | str = REPO_ROOT / "data" / "reference" / "book",
+                     dest: Path | str = REPO_ROOT / "build" / "book-reference") -> Path:
+    """The committed reference run (its executed chapters, ``<ref>/notebooks/``, and its tables and figures) copied to
+    ``dest`` and rendered there, nothing executed: a book to read on a fresh clone (`make book`). The front page
+    names the run (:func:`reference_info`), not the machine that renders it."""
+    ref, dest = Path(ref), Path(dest)
+    if not any((ref / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        raise BookError(f"no executed chapters in {ref / 'notebooks'}: `make reproduce` then "
+                        "`scripts/collect_reference.py` commit them; `make reproduce PARAMS=ci` renders a small run")
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(ref, dest)
+    return render_book(dest, params_name="full", info=reference_info(ref / "timings.csv"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir", help="a run folder of scripts/run_book.py (holds notebooks/)")
+    ap.add_argument("run_dir", nargs="?", help="a run folder of scripts/run_book.py (holds notebooks/)")
     ap.add_argument("--params", default=None, help="the parameter file the run used (ci, full), for the pages")
+    ap.add_argument("--reference", action="store_true",
+                    help="render the committed reference run into build/book-reference/ (make book)")
     args = ap.parse_args(argv)
+    if not args.reference and not args.run_dir:
+        ap.error("give a run folder, or --reference")
     t = time.perf_counter()
     try:
-        index = render_book(args.run_dir, params_name=args.params)
+        index = render_reference() if args.reference else render_book(args.run_dir, params_name=args.params)
     except BookError as e:
         print(f"[book] HTML: {e}", file=sys.stderr)
         return 1
