@@ -232,7 +232,21 @@ def run_one(src: Path, out: Path, params: dict, params_name: str) -> Result:
     finally:
         raw.unlink(missing_ok=True)
     sec = time.perf_counter() - t
+    hide_injected(done)
     return Result(src.stem, sec, "ok", f"[book] {src.name} done in {sec:.0f} s")
+
+
+def hide_injected(path: Path) -> None:
+    """Papermill's injected-parameters cell out of the rendered book (``remove-input``): the chapter's own parameters
+    cell stays on show, and each page's "This run" note lists every parameter the run used."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" in tags and "remove-input" not in tags:
+            cell.metadata["tags"] = [*tags, "remove-input"]
+    nbformat.write(nb, path)
 
 
 def _kernel_threads(jobs: int) -> None:

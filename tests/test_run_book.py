@@ -121,3 +121,19 @@ def test_make_reproduce_puts_a_pairs_run_in_build(tmp_path):
                            "--target", "my-target", "--build", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "book-my-target+none-cpu-float32" / "timings.csv").exists()
+
+
+def test_the_injected_parameters_cell_is_kept_out_of_the_rendered_book(tmp_path):
+    """hide_injected tags papermill's cell remove-input (once), and leaves the chapter's own parameters cell shown."""
+    import nbformat
+
+    hide_injected = _module().hide_injected
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("k = 4", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("k = 2", metadata={"tags": ["injected-parameters"]})]
+    path = tmp_path / "ch.ipynb"
+    nbformat.write(nb, path)
+    hide_injected(path)
+    hide_injected(path)
+    tags = [c.metadata.get("tags") for c in nbformat.read(path, as_version=4).cells]
+    assert tags == [["parameters"], ["injected-parameters", "remove-input"]]
