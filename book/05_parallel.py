@@ -11,25 +11,41 @@
 # %% [markdown]
 # # 5 · Parallel drafting: K draft tokens in one pass
 #
-# An autoregressive draft pays **K draft passes** per step: token i + 1 cannot be drafted before token i.
-# Parallel drafters (PARD's mask tokens, DFlash's block diffusion, Medusa's heads) propose the whole block
-# in **one** pass and accept a less accurate guess at the far positions in exchange.
+# **The question.** An autoregressive draft needs K passes to propose K tokens, where K is the draft length (the
+# tokens drafted per step; [notation](notation.md)). Can a draft propose all K in one pass, and does decoding get
+# faster?
 #
-# The book's block drafter (`specdec_core.drafters.BlockDrafter` over a `specdec_core.models.block` draft,
-# PARD-style) is the model draft of chapter 3 with K − 1 learned *mask embeddings*. One draft pass runs over
+# **The answer.** A block draft proposes the whole block in one pass. Learned mask tokens stand in for the tokens
+# it has not drafted yet. Its cost barely grows with K, where the autoregressive draft's grows about K-fold. The
+# price is acceptance: each far position is guessed without the guesses before it, so the target keeps fewer of
+# them. The verifier does not change, so the output still follows the target's law. Whether the trade pays end to
+# end is measured here. This run's speedups are in the end-to-end table, and its main numbers in the summary at
+# the end.
+#
+# In [chapter 0](00_quickstart.ipynb)'s picture of a step, the draft guesses its K tokens one after another. Here
+# it guesses them all at once, and the target's check stays the same.
+#
+# ## How a block draft works
+#
+# An autoregressive draft pays **K draft passes** per step: it cannot draft token i + 1 before token i. Parallel
+# drafters propose the whole block in **one** pass: PARD with mask tokens, DFlash with block diffusion, Medusa with
+# extra heads. In exchange, they accept a less accurate guess at the far positions.
+#
+# The book's block drafter (`specdec_core.drafters.BlockDrafter` over a `specdec_core.models.block` draft) is
+# PARD-style. It is the model draft of chapter 3 with K − 1 learned *mask embeddings*. One draft pass runs over
 #
 # $$[\,\text{unseen committed tokens}\ldots,\ x_L,\ \texttt{MASK}_1,\ \ldots,\ \texttt{MASK}_{K-1}\,]$$
 #
-# with plain causal attention: the row of $x_L$ predicts block position 1 (exactly what an autoregressive
-# draft would), the row of MASK_j predicts position j + 1 without seeing the drafted tokens before it.
-# Each $x_i$ is drawn from its processed law $q_i$, which depends on the committed context only, so the
-# verifier of chapter 3 (and chapter 4's tree verifier) stays **lossless at any temperature**
-# (chapter 2 tests it; `tests/test_parallel.py` adds a χ² test and a mutant). The four phases are unchanged:
-# draft (1 pass, any K) → verify → accept → commit; the masks' KV entries are rolled back right after the
-# draft pass (a pointer move).
+# with plain causal attention. The row of $x_L$ predicts block position 1, exactly as an autoregressive draft
+# would. The row of MASK_j predicts position j + 1 without seeing the drafted tokens before it.
 #
-# This chapter measures the trade: acceptance by block position against the autoregressive draft, the
-# draft's cost versus K, and end-to-end tokens/s against linear and tree speculative decoding.
+# Write p for the target's law and q for the draft's: their probabilities for the next token
+# ([notation](notation.md)). Each drafted token $x_i$ is drawn from its processed law $q_i$, which depends on the
+# committed context only. So the verifier of chapter 3, and chapter 4's tree verifier, stay **lossless at any
+# temperature**. Chapter 2 tests this, and `tests/test_parallel.py` adds a χ² test and a mutant.
+#
+# The four phases of a step are unchanged: draft (one pass, any K) → verify → accept → commit. The masks' entries
+# in the draft's KV cache are rolled back right after the draft pass, a pointer move ([chapter 7](07_kv_cache.ipynb)).
 
 # %% tags=["parameters"]
 model = "smollm2-135m"   # the embedded target (its shipped drafts: data/drafts/)
@@ -61,7 +77,7 @@ dtype = "float32"        # the pair's dtype: "float32", "bfloat16", "float16" or
 out_dir = "../build/book/05_parallel"  # figures and CSVs land here
 params_name = None       # the parameter file's name, injected by scripts/run_book.py (banner)
 
-# %%
+# %% tags=["hide-input"]
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -88,6 +104,7 @@ display(book.banner(params_name))
 ch = book.setup(out_dir, model, device=device, dtype=dtype, threads=threads, per_task=per_task, tasks=tasks,
                 prompt_file=prompt_file,
                 need=tuple(n for n, folder in (("model", model_draft), ("block", block)) if folder is None))
+sns.set_palette("colorblind")
 pair, prompts, encoded = ch.pair, ch.prompts, ch.encoded
 if block is not None:
     pair.drafters["block"] = BlockDrafter(load_block(block, pair.target))
@@ -104,11 +121,15 @@ print(f"block draft: max_block {blk.max_block}, {sum(p.numel() for p in blk.mode
 display(ch.setting(k_accept))  # the verify pass over k_accept + 1 tokens, timed on the median prompt
 
 # %% [markdown]
+# The setting line above gives the verify ratio: what a target pass over K + 1 tokens costs, in one-token passes
+# ([notation](notation.md)).
+#
 # ## One block, by hand
-# One draft pass over the prompt's last token and K − 1 masks; the target then scores the block in one
-# pass. Beside each block position: the draft's token and Σ min(p, q), the chance that a fresh draw from q is
-# accepted (`by_hand` also holds q(x) and p(x) of the drawn token). The autoregressive draft's tokens are shown
-# for comparison (it needed K passes).
+#
+# One draft pass runs over the prompt's last token and K − 1 masks. The target then scores the whole block in one
+# pass. Beside each block position, the table shows the draft's token and Σ min(p, q). That sum is the chance that
+# a fresh draw from q is accepted; `by_hand` also holds q(x) and p(x) of the drawn token. The autoregressive
+# draft's tokens are shown for comparison: it needed K passes.
 
 # %%
 K = k_accept
@@ -131,69 +152,67 @@ by_hand = pd.DataFrame(rows)
 report.shown(by_hand.pivot(index="position", columns="drafter", values=["token", "Σ min(p,q)"]))
 
 # %% [markdown]
-# At position 1 both drafters predict from real tokens only (the block draft starts from the model draft's
-# trunk and is trained further with the masks), so their laws there can be close. Further out the block draft
-# guesses without its own earlier guesses, so Σ min(p, q) is expected to fall faster; the table above shows
-# whether it does at this step, and the acceptance measured in decoding (next section) over many steps.
+# At position 1 both drafters predict from real tokens only, so their laws there can be close. The block draft
+# starts from the model draft's trunk and is trained further with the masks. Further out, the block draft guesses
+# without its own earlier guesses, so Σ min(p, q) is expected to fall faster. The table shows whether it does at
+# this one step. The next section measures acceptance in decoding, over many steps.
 #
-# ### How the masks are trained: many blocks in one pass
-# Training reproduces the inference pass for many anchors at once: each training sequence is followed by
-# blocks of masks; MASK_j of anchor a sits at position a + j and may see the real tokens ≤ a and its own
-# block's earlier masks (`specdec_core.train.block.block_batch`). The loss is the same top-k distillation as
-# the model draft's, at every real row and every mask row (recipe and data: the model card in
-# `data/drafts/smollm2-135m-block/`). The figure draws the attention pattern of a small example: 10 tokens
-# and two blocks of K = 4.
-
-# %%
-lay = block_batch([10], [[3, 6]], 4, V=0)
-fig, ax = plt.subplots(figsize=(5.2, 5.2))
-ax.imshow(lay["allowed"][0].numpy(), cmap="Blues", vmin=0, vmax=1.4)
-labels = [f"x{i}" for i in range(10)] + [f"M{j}@{a}" for a in (3, 6) for j in (1, 2, 3)]
-ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
-ax.set_yticks(range(len(labels)), [f"{l}  pos {int(p)}" for l, p in zip(labels, lay["positions"][0])], fontsize=8)
-ax.set(title="training attention: 10 tokens + blocks (K=4) at anchors 3 and 6", xlabel="key", ylabel="query")
-fig.tight_layout()
-ch.savefig(fig, "training_mask")
-
-# %% [markdown]
 # ## Acceptance by block position, against the autoregressive draft
-# Both drafters decode the evaluation mix with the same K; a step that proposes K tokens and accepts n
-# has reached positions 1…n + 1. P(accept i | reached i) is the conditional rate, P(accept ≥ i) the share
-# of steps that got that far (`bench.acceptance_by_position`); the figure plots both by block position.
+#
+# Both drafters decode the evaluation mix with the same K, at each temperature. A step that proposes K tokens and
+# accepts n has reached positions 1 to n + 1. Per position, `bench.acceptance_by_position` gives two rates:
+#
+# - P(accept i | reached i), the conditional rate;
+# - P(accept ≥ i), the share of steps that got that far.
 
 # %%
 tables = []
 for temp in temperatures:
-    for p_, ids in book.progress(encoded, desc=f"acceptance T={temp}"):
+    for p_, ids in book.progress(encoded, desc=f"acceptance, temperature {temp}"):
         for name, method, d in (("block", "parallel", blk), ("model", "linear", ar_drafter)):
             r = sd.generate(pair.target, ids, drafter=d, method=method, k=k_accept, max_new_tokens=max_new_tokens,
                             temperature=temp, seed=0)
             tables.append(bench.step_table(r.stats, id=p_.id, task=p_.task, drafter=name, temperature=temp))
+
+# %% tags=["hide-input"]
 steps = ch.save(pd.concat(tables, ignore_index=True), "acceptance_steps")
 by_pos = ch.save(bench.acceptance_by_position(steps, by=["drafter", "temperature"]), "acceptance_by_position")
+cum = by_pos.set_index(["drafter", "temperature", "position"]).cumulative
+t0_, last_ = temperatures[0], int(by_pos.position.max())
+faster_decay = cum.get(("block", t0_, last_), np.nan) < cum.get(("model", t0_, last_), np.nan)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
 for ax, col, title in zip(axes, ["conditional", "cumulative"], ["P(accept i | reached i)", "P(accept ≥ i)"]):
-    sns.lineplot(data=by_pos, x="position", y=col, hue="drafter", style="temperature", marker="o", ax=ax)
-    ax.set(ylim=(0, 1), title=title, xlabel="block position i")
+    sns.lineplot(data=by_pos, x="position", y=col, hue="drafter", style="temperature", marker="o", ax=ax,
+                 palette="colorblind")
+    ax.set(ylim=(0, 1), title=title, xlabel="block position i", ylabel="probability")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+axes[0].get_legend().remove()
+fig.suptitle(f"At temperature {t0_:g}, the block draft's acceptance falls further by position {last_} than the "
+             "model draft's" if faster_decay else "Acceptance by block position: block draft against model draft",
+             y=1.02)
 fig.tight_layout()
 ch.savefig(fig, "acceptance_by_position")
+display(Markdown(
+    f"At temperature {t0_:g}, the block draft's P(accept ≥ i) goes from {cum.get(('block', t0_, 1), np.nan):.2f} at "
+    f"position 1 to {cum.get(('block', t0_, last_), np.nan):.2f} at position {last_}. The model draft's goes from "
+    f"{cum.get(('model', t0_, 1), np.nan):.2f} to {cum.get(('model', t0_, last_), np.nan):.2f}. "
+    "The first table gives the accepted tokens per step."))
 per_step = steps.groupby(["drafter", "temperature"]).accepted.mean().rename("accepted per step").reset_index()
 display(per_step.round(3))
-print("P(accept position i | reached i), with the number of steps that reached i in brackets (a rate over a "
-      "handful of steps is an anecdote):")
+print("P(accept position i | reached i), with the steps that reached i in brackets.")
+print("A rate over a handful of steps is an anecdote.")
 by_pos.assign(rate=[f"{c:.2f} ({n})" if n else "—" for c, n in zip(by_pos.conditional, by_pos.reached)]).pivot(
     index="position", columns=["drafter", "temperature"], values="rate").fillna("—")
 
 # %% [markdown]
 # ## Draft cost versus K, the pass alone
-# One proposal with exactly one unseen token over a `cost_context`-token cache (`bench.proposal_timer`),
-# every K of both drafters interleaved in one run (order reversed every other round); median and IQR.
-# The block draft's K = 1 proposal is then a pass over a single token, the only case in which a CPU BLAS
-# runs a matrix-*vector* product; every K ≥ 2 pass is a (small) matrix-matrix product, whose kernels differ
-# (chapter 1, section 4b). Compare K = 8 with K = 2 as well as with K = 1. How many unseen tokens a
-# proposal meets in real decoding is measured two sections on, with the draft phase as it happens.
+#
+# One proposal is timed with exactly one unseen token over a `cost_context`-token cache (`bench.proposal_timer`).
+# Every K of both drafters is interleaved in one run, with the order reversed every other round. The figure shows
+# the median and the IQR, the interquartile range ([notation](notation.md)). Compare K = 8 with K = 2 as well as
+# with K = 1: on a CPU a one-token pass is a special case (Going deeper explains why).
 
-# %%
+# %% tags=["hide-input"]
 cost_ids = (ids.tolist() * (cost_context // ids.numel() + 1))[:cost_context]
 timers = {"block": bench.proposal_timer(blk, cost_ids), "model": bench.proposal_timer(ar_drafter, cost_ids)}
 cost_rows = []
@@ -208,19 +227,22 @@ cost_sum = cost.groupby(["drafter", "K"]).ms.agg(median="median", q25=lambda x: 
                                                  q75=lambda x: x.quantile(0.75)).reset_index()
 cost_sum["vs K=1"] = cost_sum["median"] / cost_sum.drafter.map(cost_sum[cost_sum.K == 1].set_index("drafter")["median"])
 ch.save(cost_sum, "draft_cost")
-fig = figures.median_iqr(cost_sum, "drafter", label="{} draft", xlabel="K (tokens proposed)",
-                         ylabel="ms per proposal (median, IQR)", title="draft cost versus K", ylim=(0, None))
-ch.savefig(fig, "draft_cost")
 k_max = max(cost_ks)
 blk_ratio = float(cost_sum.query("drafter == 'block' and K == @k_max")["vs K=1"].iloc[0])
 ar_ratio = float(cost_sum.query("drafter == 'model' and K == @k_max")["vs K=1"].iloc[0])
-print(f"pass alone: block draft cost(K={k_max}) / cost(K=1) = {blk_ratio:.2f};  model draft: {ar_ratio:.2f}")
+fig = figures.median_iqr(cost_sum, "drafter", label="{} draft", xlabel="K (tokens proposed)",
+                         ylabel="ms per proposal (median, IQR)",
+                         title=f"From K = 1 to {k_max}, the pass alone:\na block proposal grows {blk_ratio:.2f}×, "
+                               f"the model draft's {ar_ratio:.2f}×", ylim=(0, None))
+ch.savefig(fig, "draft_cost")
+display(Markdown(f"A block proposal at K = {k_max} costs {blk_ratio:.2f}× one at K = 1, the pass alone. "
+                 f"The model draft's K passes cost {ar_ratio:.2f}×."))
 if 2 in cost_ks:
     b2 = float(cost_sum.query("drafter == 'block' and K == 2")["median"].iloc[0])
     bk = float(cost_sum.query("drafter == 'block' and K == @k_max")["median"].iloc[0])
 cost_sum.pivot(index="K", columns="drafter", values=["median", "vs K=1"]).round(3)
 
-# %%
+# %% tags=["hide-input"]
 if k_max >= claim_k:
     assert ar_ratio > ar_cost_growth, "an autoregressive draft's cost should grow with K (K passes)"
     assert blk_ratio < ar_ratio / block_saving, "one block pass should cost far less than K autoregressive passes"
@@ -229,17 +251,20 @@ if 2 in cost_ks and k_max >= claim_k:
     # (and on the thread count), so it is reported, not asserted: on a memory-bound pass it stays near 1
     flat_k = report.judged(f"about flat (within {flat_factor:g}×)" if bk / b2 <= flat_factor else
                            f"not flat on this machine (more than {flat_factor:g}×)", cost_repeats)
-    print(f"from K = 2 to K = {k_max} the block pass grows {bk / b2:.2f}× (medians of {cost_repeats} rounds): {flat_k}")
+    print(f"From K = 2 to K = {k_max} the block pass grows {bk / b2:.2f}× (medians of {cost_repeats} rounds): {flat_k}")
 
 # %% [markdown]
-# ## End to end: tokens/s against linear and tree speculative decoding
-# Greedy, every runner on every prompt, interleaved with a rotating order (`bench.run_interleaved`);
-# ratios are paired (same prompt, same repeat). Runners: autoregressive; linear with the model draft and
-# parallel with the block draft at each K; tree decoding (chapter 4's default tree) with the model draft and
-# with the block draft (its whole tree still costs one draft pass: a node at depth d takes its children from
-# block position d + 1). The figure shows each method's paired speedup over autoregressive decoding against K.
+# ## End to end: tokens per second against linear and tree decoding
+#
+# Greedy decoding runs every runner on every prompt, interleaved in a rotating order (`bench.run_interleaved`). A
+# speed ratio is a runner's tokens per second ÷ autoregressive decoding's, on the same prompt and repeat (paired).
+#
+# The runners: autoregressive; linear with the model draft, and parallel with the block draft, at each K; tree
+# decoding (chapter 4's default tree) with either draft. A block-draft tree still costs one draft pass: a node at
+# depth d takes its children from block position d + 1. The table's τ (tau) is the tokens per target pass
+# ([notation](notation.md)).
 
-# %%
+# %% tags=["hide-input"]
 settings = {"autoregressive": (None, {})}  # runner -> (its drafter, generate() arguments)
 for k in ks:
     settings[f"linear K={k}"] = (ar_drafter, dict(method="linear", k=k))
@@ -261,39 +286,84 @@ ratios = ratios.merge(timing.groupby("runner").agg(tokens_per_s=("tokens_per_s",
                                                    method=("method", "first"), K=("K", "first")).reset_index())
 ch.save(ratios, "speed")
 best = ratios.loc[ratios.groupby("method")["median"].idxmax()].set_index("method")
+best_lin, best_par = best.loc["linear", "runner"], best.loc["parallel", "runner"]
 fig = figures.median_iqr(ratios, "method", dodge=0.08, baseline=1, figsize=(8, 4),
                          xlabel="K (draft length / block size / tree depth)",
                          ylabel="tokens/s ÷ autoregressive (median, IQR)",
-                         title=f"greedy, {len(prompts)} prompts × {report.count(repeats, 'repeat')}, {max_new_tokens} new tokens")
+                         title=f"Highest median: {best_par} among parallel runners, {best_lin} among linear ones\n"
+                               f"(greedy, {len(prompts)} prompts × {report.count(repeats, 'repeat')}, "
+                               f"{max_new_tokens} new tokens)")
 ch.savefig(fig, "speed_vs_k")
 book.show(ratios.sort_values(["method", "K"]).set_index("runner")[["tokens_per_s", "median", "q25", "q75", "n", "tau"]],
-          f"Every runner against autoregressive decoding, greedy, on the {len(prompts)} evaluation prompts: median "
-          "tokens/s, and median, q25, q75 of the paired tokens/s ratios over n calls; tau: tokens per target pass.",
+          f"Every runner against autoregressive decoding, greedy, on the {len(prompts)} evaluation prompts. Columns: "
+          "median tokens/s; the median, q25 and q75 of the paired tokens/s ratios over n calls; tau.",
           prefill=True)
 # chapter 5's choice of K for the block draft: the highest median above, on the prompts it was measured on
 par = ratios[ratios.method == "parallel"].set_index("runner")
 k_choice, n_choice = int(best.loc["parallel", "K"]), int(best.loc["parallel", "n"])
 par_rivals = report.rivals(par[["median", "q25", "q75"]], best.loc["parallel", "runner"])
 chosen_row = best.loc["parallel", ["median", "q25", "q75"]].to_dict()
-ch.save(pd.DataFrame([dict(method="parallel", drafter="block", K=k_choice, **chosen_row, n=n_choice,
-                           prompts=len(prompts), chosen_on="evaluation mix", ks=" ".join(map(str, ks)))]), "k_choice")
-display(Markdown(
-    f"**Chapter 5's choice of K for the block draft: K = {k_choice}**, the highest median paired ratio over "
-    f"autoregressive decoding among K = {', '.join(map(str, ks))}, chosen on the {len(prompts)} evaluation prompts "
-    "above (the evaluation mix itself, not held-out prompts: a later chapter that measures the mix again at this K "
-    "does not measure it on unseen prompts). "
-    + (f"Its IQR overlaps {', '.join(par_rivals)}: a choice by median only." if par_rivals else
-       f"Its IQR is clear of the other K's ({n_choice} calls each): "
-       + report.judged("a resolved choice", n_choice) + ".")
-    + f" Saved as `k_choice.csv`. Best linear runner: {best.loc['linear', 'runner']}."))
+k_choice_row = ch.save(pd.DataFrame([dict(method="parallel", drafter="block", K=k_choice, **chosen_row, n=n_choice,
+                                          prompts=len(prompts), chosen_on="evaluation mix",
+                                          ks=" ".join(map(str, ks)))]), "k_choice")
+
+# %% [markdown]
+# The findings, in one table: each method's fastest runner by median against autoregressive decoding, and the two
+# fastest, parallel and linear, against each other on the same prompts.
+
+# %% tags=["hide-input"]
+h2h = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], baseline=best_lin)
+h2h_by_task = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], baseline=best_lin, by=["task"])
+ch.save(h2h_by_task, "parallel_vs_linear_by_task")
+gain = float(h2h["median"].iloc[0])
+findings = [dict(finding=f"{r.runner} ÷ autoregressive", median=r["median"], q25=r.q25, q75=r.q75, n=r.n)
+            for _, r in best.iterrows()]
+findings.append(dict(finding=f"{best_par} ÷ {best_lin}", median=gain, q25=float(h2h.q25.iloc[0]),
+                     q75=float(h2h.q75.iloc[0]), n=int(h2h.n.iloc[0])))
+display(Markdown(f"The fastest parallel runner, {best_par}, decodes at {gain:.2f}× the tokens per second of the "
+                 f"fastest linear one, {best_lin} (median of the paired ratios)."))
+f_table, f_note = report.verdict_table(findings)
+book.show(f_table.set_index("finding"), "Paired tokens/s ratios, greedy: median, IQR and n calls, and the verdict."
+          + f_note, prefill=True)
+
+# %% [markdown]
+# ## Going deeper
+#
+# ### How the masks are trained: many blocks in one pass
+#
+# Training reproduces the inference pass for many anchors at once. Each training sequence is followed by blocks
+# of masks. MASK_j of anchor a sits at position a + j. It may see the real tokens up to a and its own block's
+# earlier masks (`specdec_core.train.block.block_batch`).
+#
+# The loss is the same top-k distillation as the model draft's, at every real row and every mask row. The recipe
+# and data are in the model card, `data/drafts/smollm2-135m-block/`. The figure draws the attention pattern of a
+# small example: 10 tokens and two blocks of K = 4.
+
+# %% tags=["hide-input"]
+lay = block_batch([10], [[3, 6]], 4, V=0)
+fig, ax = plt.subplots(figsize=(5.2, 5.2))
+ax.imshow(lay["allowed"][0].numpy(), cmap="Blues", vmin=0, vmax=1.4)
+labels = [f"x{i}" for i in range(10)] + [f"M{j}@{a}" for a in (3, 6) for j in (1, 2, 3)]
+ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
+ax.set_yticks(range(len(labels)), [f"{l}  pos {int(p)}" for l, p in zip(labels, lay["positions"][0])], fontsize=8)
+ax.set(title="Each mask sees the real tokens up to its anchor\nand its own block's earlier masks "
+             "(10 tokens, K = 4 at anchors 3 and 6)", xlabel="key", ylabel="query")
+fig.tight_layout()
+ch.savefig(fig, "training_mask")
 
 # %% [markdown]
 # ### Draft cost versus K, in decoding
-# The draft phase as it happens in the runs above: the wall time of every proposal (`bench.TimedDrafter`),
-# except each generation's first (which also reads the prompt) and the warm-up's; median and IQR per K. A
-# proposal feeds the n + 1 tokens committed by the previous step plus the K − 1 masks, in one pass.
+#
+# The block draft's K = 1 proposal is a pass over a single token. That is the only case in which a CPU BLAS runs a
+# matrix-*vector* product. Every K ≥ 2 pass is a small matrix-matrix product, whose kernels differ (chapter 1,
+# section 4b). A GPU changes that balance again.
+#
+# How many unseen tokens a proposal meets in real decoding is measured here, with the draft phase as it happened
+# in the speed runs above. Every proposal's wall time was recorded (`bench.TimedDrafter`). Each generation's first
+# proposal, which also reads the prompt, is left out, and so is the warm-up's. A proposal feeds the n + 1 tokens
+# committed by the previous step plus the K − 1 masks, in one pass.
 
-# %%
+# %% tags=["hide-input"]
 rows = []
 for name, td in timed.items():
     gen_no = np.cumsum([r["first"] for r in td.records])
@@ -308,15 +378,14 @@ dec = props.groupby(["method", "K"]).agg(median=("ms", "median"), q25=("ms", lam
                                          n=("ms", "size")).reset_index()
 dec["vs K=1"] = dec["median"] / dec.method.map(dec[dec.K == 1].set_index("method")["median"])
 ch.save(dec, "draft_cost_in_decoding")
-fig = figures.median_iqr(dec, "method", label={"parallel": "block draft (parallel)", "linear": "model draft (linear)"}.get,
-                         xlabel="K", ylabel="ms per proposal in decoding (median, IQR)", title="the draft phase, per step",
-                         ylim=(0, None))
-ch.savefig(fig, "draft_cost_in_decoding")
 k_top = max(ks)
 dec_ratio = float(dec.query("method == 'parallel' and K == @k_top")["vs K=1"].iloc[0]) if 1 in ks else float("nan")
-print(f"in decoding: block draft proposal at K={max(ks)} / K=1 = {dec_ratio:.2f} "
-      f"(the pass alone, one unseen token: {blk_ratio:.2f})")
 ar_dec_ratio = float(dec.query("method == 'linear' and K == @k_top")["vs K=1"].iloc[0]) if 1 in ks else float("nan")
+fig = figures.median_iqr(dec, "method", label={"parallel": "block draft (parallel)", "linear": "model draft (linear)"}.get,
+                         xlabel="K", ylabel="ms per proposal in decoding (median, IQR)",
+                         title=f"In decoding, from K = 1 to {k_top}:\na block proposal grows {dec_ratio:.2f}×, "
+                               f"the model draft's {ar_dec_ratio:.2f}×", ylim=(0, None))
+ch.savefig(fig, "draft_cost_in_decoding")
 if 1 in ks:  # the ratio's spread from the two IQRs: its lowest and highest plausible values
     blk_ = dec[dec.method == "parallel"].set_index("K")
     dec_span = (blk_.q25[k_top] / blk_.q75[1], blk_.q75[k_top] / blk_.q25[1])
@@ -325,35 +394,32 @@ else:
 n_props = int(dec[(dec.method == "parallel") & dec.K.isin([1, k_top])].n.min()) if 1 in ks else 0
 verdict = report.judged("the block draft meets it" if dec_span[1] <= cost_target else "the block draft misses it"
                         if dec_span[0] > cost_target else "the block draft is within the timing spread of it", n_props)
-print(f"the design target cost(K={k_top}) <= {cost_target} × cost(K=1) in decoding: block draft {dec_ratio:.3f} "
-      f"(between {dec_span[0]:.2f} and {dec_span[1]:.2f} from the IQRs, {n_props} proposals or more per K): {verdict}; "
-      f"the model draft: {ar_dec_ratio:.2f}")
+display(Markdown(
+    f"In decoding, a block proposal at K = {k_top} costs {dec_ratio:.3f}× one at K = 1. The pass alone, with one "
+    f"unseen token, cost {blk_ratio:.2f}×. The model draft's ratio in decoding is {ar_dec_ratio:.2f}×."))
+display(Markdown(
+    f"The design target is a cost at K = {k_top} of at most {cost_target}× the cost at K = 1, in decoding. From the "
+    f"IQRs the block draft's ratio lies between {dec_span[0]:.2f} and {dec_span[1]:.2f} "
+    f"({n_props} proposals or more per K): {verdict}."))
 dec.round(3)
 
-# %%
+# %% tags=["hide-input"]
 if 1 in ks and k_top >= claim_k:
     assert dec_ratio < ar_dec_ratio / block_saving, "in decoding, one block pass should cost far less than K draft passes"
 
 # %% [markdown]
-# ### Head to head at each method's best K, and where the time goes
-# The paired ratio parallel ÷ linear on every prompt (each at its own best K), and the four phases per
-# generated token for each method's best runner.
+# ### Chapter 5's choice of K, and parallel against linear task by task
 
-# %%
-best_lin, best_par = best.loc["linear", "runner"], best.loc["parallel", "runner"]
-h2h = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], baseline=best_lin)
-h2h_by_task = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], baseline=best_lin, by=["task"])
-ch.save(h2h_by_task, "parallel_vs_linear_by_task")
-phase = timing[timing.runner.isin(best.runner)].copy()
-for ph in ("draft", "verify", "accept", "commit"):
-    phase[ph] = phase[f"{ph}_s"] / phase.new_tokens * 1e3
-phase = phase.groupby("runner")[["draft", "verify", "accept", "commit"]].median()
-phase.to_csv(ch.out / "phases_per_token.csv")
-ax = phase.plot.barh(stacked=True, figsize=(8, 3))
-ax.set(xlabel="ms per generated token (median over prompts)", ylabel="", title="the four phases at each method's best K")
-plt.tight_layout()
-ch.savefig(ax.figure, "phases")
-gain = float(h2h["median"].iloc[0])
+# %% tags=["hide-input"]
+display(Markdown(
+    f"**Chapter 5's choice of K for the block draft: K = {k_choice}.** It has the highest median paired ratio over "
+    f"autoregressive decoding among K = {', '.join(map(str, ks))}. It was chosen on the {len(prompts)} evaluation "
+    "prompts above, the evaluation mix itself, not on held-out prompts. A later chapter that measures the mix again "
+    "at this K does not measure it on unseen prompts. "
+    + (f"Its IQR overlaps {', '.join(par_rivals)}: a choice by median only." if par_rivals else
+       f"Its IQR is clear of the other K's ({n_choice} calls each): "
+       + report.judged("a resolved choice", n_choice) + ".")
+    + f" Saved as `k_choice.csv`. Best linear runner: {best_lin}."))
 print(f"{best_par} ÷ {best_lin}: median {gain:.3f} (IQR {h2h.q25.iloc[0]:.3f}–{h2h.q75.iloc[0]:.3f}, "
       f"n = {int(h2h.n.iloc[0])} paired runs)")
 one_each = bool((h2h_by_task.n == 1).all())
@@ -361,15 +427,35 @@ book.show(h2h_by_task.drop(columns=["q25", "q75"]) if one_each else h2h_by_task,
           f"{best_par} ÷ {best_lin}, paired tokens/s ratios per task"
           + (" (one prompt each at this size: a ratio per prompt, no spread)." if one_each else
              ": median, q25, q75 over n calls."), prefill=True)
+
+# %% [markdown]
+# ### Where the time goes
+#
+# The four phases per generated token, for each method's best runner.
+
+# %% tags=["hide-input"]
+phase = timing[timing.runner.isin(best.runner)].copy()
+for ph in ("draft", "verify", "accept", "commit"):
+    phase[ph] = phase[f"{ph}_s"] / phase.new_tokens * 1e3
+phase = phase.groupby("runner")[["draft", "verify", "accept", "commit"]].median()
+phase.to_csv(ch.out / "phases_per_token.csv")
+draft_share = phase["draft"] / phase.sum(axis=1)
+ax = phase.plot.barh(stacked=True, figsize=(8, 3))
+ax.set(xlabel="ms per generated token (median over prompts)", ylabel="",
+       title=f"The draft phase takes {100 * draft_share.get(best_par, np.nan):.0f}% of the time per token\nfor "
+             f"{best_par}, {100 * draft_share.get(best_lin, np.nan):.0f}% for {best_lin}")
+plt.tight_layout()
+ch.savefig(ax.figure, "phases")
 book.show(phase, "The four phases of the decode loop, ms per generated token (median over prompts), at each method's "
           "best K.", prefill=False)
 
 # %% [markdown]
 # ### Greedy exactness on every timed run
-# Every greedy output is compared with the autoregressive one; in float32 a divergence is allowed only at a
-# near-tie of the target's top-2 logits (< 1e-3), and each one is listed.
+#
+# Every greedy output is compared with the autoregressive one. In float32 a divergence is allowed only at a
+# near-tie of the target's top two logits (a gap below 1e-3), and each one is listed.
 
-# %%
+# %% tags=["hide-input"]
 diverged = []
 for name, outs in outputs.items():
     for key, toks in outs.items():
@@ -382,15 +468,18 @@ assert all(excused(d["token"], d["top2_gap"]) for d in diverged), diverged
 pd.DataFrame(diverged) if diverged else None  # the count above already says 'none'
 
 # %% [markdown]
-# ## The chapter's claims, checked
+# ### The chapter's claims, checked
+#
+# One draft pass per proposal, whatever K. The block draft's acceptance decays with the position. Its draft costs
+# less per token than K model-draft passes at the largest K. The speed claim is asserted only where
+# `check_speed_claim` is on.
 
-# %%
-draft_share = phase["draft"] / phase.sum(axis=1)
-print("draft phase share of the time per token: " + ", ".join(f"{r} {100 * v:.1f}%" for r, v in draft_share.items()))
+# %% tags=["hide-input"]
+print("Draft phase share of the time per token: " + ", ".join(f"{r} {100 * v:.1f}%" for r, v in draft_share.items()))
 k_cmp = max(ks)
 d_par = timing[timing.runner == f"parallel K={k_cmp}"].set_index(["id", "repeat"])
 d_lin = timing[timing.runner == f"linear K={k_cmp}"].set_index(["id", "repeat"])
-print(f"at K={k_cmp}: draft time per token, parallel {1e3 * (d_par.draft_s / d_par.new_tokens).median():.2f} ms, "
+print(f"At K={k_cmp}, draft time per token: parallel {1e3 * (d_par.draft_s / d_par.new_tokens).median():.2f} ms, "
       f"linear {1e3 * (d_lin.draft_s / d_lin.new_tokens).median():.2f} ms")
 # 1. one draft pass per proposal, whatever K
 for k in ks:
@@ -405,8 +494,9 @@ if k_cmp >= claim_k:
     assert (d_par.draft_s / d_par.new_tokens).median() < (d_lin.draft_s / d_lin.new_tokens).median()
 # 4. the headline (full run only: see check_speed_claim)
 h2h_phrase = report.ratio_phrase_median(gain, float(h2h.q25.iloc[0]), float(h2h.q75.iloc[0]), n=int(h2h.n.iloc[0]))
-print(f"parallel at its best K ({best_par}) ÷ linear at its best K ({best_lin}): {h2h_phrase}")
-print(f"median tokens/s: {best_par} {best.loc['parallel', 'tokens_per_s']:.1f}, {best_lin} "
+print(f"Parallel at its best K ({best_par}) ÷ linear at its best K ({best_lin}):")
+print(f"  {h2h_phrase}")
+print(f"Median tokens/s: {best_par} {best.loc['parallel', 'tokens_per_s']:.1f}, {best_lin} "
       f"{best.loc['linear', 'tokens_per_s']:.1f}")
 if check_speed_claim:
     assert gain >= 1.0, f"{best_par} is slower than {best_lin} (paired median ratio {gain:.3f})"
@@ -414,22 +504,12 @@ else:
     print("(the speed claim is reported, not asserted, at this size: check_speed_claim is off)")
 
 # %% [markdown]
-# ## Summary
-# The mechanisms: the block draft proposes K tokens in one pass, where the autoregressive draft pays ~K
-# passes; block position 1 plays the autoregressive draft's role (a prediction from real tokens only), and the masks
-# guess positions 2, 3, …
-# without seeing the earlier guesses, so their acceptance is expected to decay faster with the position.
-# Parallel drafting trades K − 1 draft passes per step for that lost acceptance. On a CPU a one-token pass
-# is a matrix-vector product and every longer pass a matrix product whose cost per row depends on the BLAS
-# kernels chosen (chapter 1, section 4b); a GPU changes that balance again. Parallel drafting only changes
-# q, so the verifier and its guarantees are untouched. What this run measured, computed from its tables:
+# ### Against the full reference run
+#
+# The last full run's speed table is committed in `data/reference/book/05_parallel/`. Its hardware and sizes are
+# its own, so only the order of the best parallel and linear runners is compared.
 
-# %%
-def _ratio_row(runner_name):
-    r = ratios.set_index("runner").loc[runner_name]
-    return report.ratio_phrase_median(r["median"], r.q25, r.q75, n=int(r.n))
-
-
+# %% tags=["hide-input"]
 ref_dir = Path("../data/reference/book/05_parallel")
 ref_note = ""
 if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its own hardware and sizes)
@@ -444,35 +524,35 @@ if (ref_dir / "speed.csv").exists():  # the last full run, for comparison (its o
                 "parallel": "the parallel one beat the linear one", "linear": "the parallel one trailed the linear one"}
         n_ref, n_run = int(min(rp_.n, rl_.n)), int(min(best.loc["parallel", "n"], best.loc["linear", "n"]))
         same = n_ref >= report.MIN_PAIRS and n_run >= report.MIN_PAIRS
-        ref_note = (f"- **Against the full reference run** (its own hardware and sizes): its best parallel runner "
-                    f"{rp_.runner} ({rp_['median']:.3f}×, IQR {rp_.q25:.2f}–{rp_.q75:.2f}) and best linear runner "
-                    f"{rl_.runner} ({rl_['median']:.3f}×, IQR {rl_.q25:.2f}–{rl_.q75:.2f}), {n_ref} prompts: "
-                    + report.judged(word[ref_o], n_ref) + ".\n"
-                    "- **In this run**: " + report.judged(word[run_o], n_run)
+        ref_note = (f"- **The reference run**, {n_ref} prompts: best parallel runner {rp_.runner} ({rp_['median']:.3f}×, "
+                    f"IQR {rp_.q25:.2f}–{rp_.q75:.2f}), best linear runner {rl_.runner} ({rl_['median']:.3f}×, IQR "
+                    f"{rl_.q25:.2f}–{rl_.q75:.2f}). There, " + report.judged(word[ref_o], n_ref) + ".\n"
+                    "- **This run**: " + report.judged(word[run_o], n_run)
                     + ((", as in the reference run." if ref_o == run_o else ", unlike the reference run.") if same else "."))
+display(Markdown(ref_note or "No reference speed table with both methods was found."))
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["hide-input"]
 lo, hi = ratios["median"].min(), ratios["median"].max()
+cum_greedy = [f"position {int(i)} {v:.2f}" for i, v in g0["cumulative"].items() if v > 0]
 lines = [
-    f"- **Cost.** A block proposal at K = {k_max} costs {blk_ratio:.2f}× a K = 1 proposal (the pass alone) and "
-    f"{dec_ratio:.3f}× in decoding (IQR-based range {dec_span[0]:.2f}–{dec_span[1]:.2f}), against {ar_ratio:.2f}× and "
-    f"{ar_dec_ratio:.2f}× for the autoregressive draft; against the design target of {cost_target}× in decoding: "
-    f"{verdict}.",
-    "- **Draft share of the time per token** at each method's best K: "
-    + ", ".join(f"{r} {100 * s:.1f}%" for r, s in draft_share.items()) + ".",
-    "- **Acceptance by block position** (greedy): cumulative acceptance "
-    + ", ".join(f"position {int(i)} {v:.2f}" for i, v in g0["cumulative"].items() if v > 0)
+    f"- **Cost.** A block proposal at K = {k_max} costs {blk_ratio:.2f}× a K = 1 proposal alone, and "
+    f"{dec_ratio:.3f}× in decoding (IQR-based range {dec_span[0]:.2f}–{dec_span[1]:.2f}). The autoregressive "
+    f"draft's cost {ar_ratio:.2f}× and {ar_dec_ratio:.2f}×. Against the design target of {cost_target}× in "
+    f"decoding: {verdict}.",
+    "- **Acceptance by block position** (greedy), cumulative: " + ", ".join(cum_greedy)
     + (f"; none at position {int(g0.index[g0.cumulative == 0].min())} or beyond" if (g0.cumulative == 0).any() else "")
     + ".",
-    f"- **Speed against autoregressive decoding**: every runner's median paired ratio lies in "
-    f"{lo:.2f}–{hi:.2f}×. Best linear: {best_lin}, {_ratio_row(best_lin)}; best parallel: {best_par}, "
-    f"{_ratio_row(best_par)}.",
-    f"- **Chapter 5's choice of K for the block draft**: K = {k_choice} (highest median, on the evaluation mix "
-    f"above, {len(prompts)} prompts" + (f"; its IQR overlaps {', '.join(par_rivals)}" if par_rivals else "") + ").",
+    f"- **Speed against autoregressive decoding.** Every runner's median paired ratio lies in {lo:.2f}–{hi:.2f}×. "
+    f"The best linear runner is {best_lin}, and the best parallel one {best_par}; their verdicts are in the "
+    "end-to-end table.",
     f"- **Parallel ÷ linear**, each at its best K: {h2h_phrase}."
-    + (" At K = 1 the block draft proposes one token from its trunk alone, so this comparison does not test "
+    + (" At K = 1 the block draft proposes one token from its trunk alone. So this comparison does not test "
        "parallel drafting; a sweep in which a K > 1 came out ahead would." if best_par.endswith("K=1") else ""),
-    *([ref_note] if ref_note else []),
-    f"- **Exact**: {len(diverged)} greedy divergence(s) from autoregressive decoding in {n_spec} outputs"
-    + (" (each at a float32 near-tie)." if diverged else "."),
+    f"- **Greedy outputs.** The {n_spec} speculative outputs held {len(diverged)} divergence(s) from autoregressive "
+    "decoding" + (", each at a float32 near-tie." if diverged else "."),
 ]
 display(Markdown("\n".join(lines)))
 

@@ -227,7 +227,7 @@ class Chapter:
         if self.prompts:
             tasks = sorted({p.task for p in self.prompts})
             parts.append(f"{len(self.prompts)} prompts over {len(tasks)} task(s)")
-        return "; ".join(parts)
+        return "; ".join(parts[:4]) + ("\n" + "; ".join(parts[4:]) if parts[4:] else "")
 
 
 def setup(out_dir, model: str | None = None, *, draft: str | None = None, device="cpu", dtype="float32",
