@@ -35,7 +35,7 @@ KEEP = [
     "05_parallel/draft_cost.csv", "05_parallel/speed.csv", "05_parallel/parallel_vs_linear_by_task.csv",
     "05_parallel/acceptance_by_position.csv", "05_parallel/k_choice.csv",
     "06_speedup/summary.csv", "06_speedup/overall.csv", "06_speedup/theory_check.csv", "06_speedup/theory_calls.csv",
-    "06_speedup/speedup_vs_k.csv", "06_speedup/latency.csv", "06_speedup/speedup_by_task.png",
+    "06_speedup/speedup_vs_k.csv", "06_speedup/latency.csv", "06_speedup/speedup_by_task.png", "06_speedup/speedup_by_task_t1.png",
     "06_speedup/theory_calls.png", "06_speedup/beside_the_field.csv",
     "08_adaptive/tuning.csv", "08_adaptive/eval_overall.csv", "08_adaptive/eval_by_task.csv", "08_adaptive/tuning.png",
     "08_adaptive/eval_by_task.png",

@@ -99,3 +99,24 @@ def test_median_iqr_refuses_a_table_without_its_columns_or_rows():
         figures.median_iqr(sweep(), "drafter")
     with pytest.raises(ValueError, match="empty"):
         figures.median_iqr(sweep().iloc[:0], "method")
+
+
+def test_speedup_by_family_draws_a_panel_per_family_and_a_row_per_method():
+    """One panel per family in the family map's order, methods it leaves out in a last panel "other"; one y-tick per
+    method; one scatter series per task (at most the palette's six); an empty table or a missing column refused."""
+    import pandas as pd
+    import pytest
+
+    rows = [dict(method=m, task=t, speedup=s) for m, s0 in [("linear", 0.9), ("tree", 1.1), ("ngram", 1.2),
+                                                             ("mystery", 1.0)]
+            for t, s in zip(["qa", "rag", "math"], [s0, s0 + 0.1, s0 - 0.1])]
+    d = pd.DataFrame(rows)
+    fig = figures.speedup_by_family(d, {"linear": "draft model", "tree": "draft model", "ngram": "copied"})
+    axes = fig.axes
+    assert [ax.get_title(loc="left") for ax in axes] == ["draft model", "copied", "other"]
+    assert [[t.get_text() for t in ax.get_yticklabels()] for ax in axes] == [["linear", "tree"], ["ngram"], ["mystery"]]
+    assert all(len(ax.collections) == 3 for ax in axes)
+    with pytest.raises(ValueError, match="empty"):
+        figures.speedup_by_family(d.iloc[:0], {})
+    with pytest.raises(ValueError):
+        figures.speedup_by_family(d.drop(columns="task"), {})

@@ -1,6 +1,8 @@
 """The figures more than one chapter draws, so that each is drawn one way.
 
-- :func:`speedup_by_task`: each method's paired speedup per task, one panel per temperature (chapters 6 and 8);
+- :func:`speedup_by_task`: each method's paired speedup per task, one panel per temperature (chapters 8 and 11);
+- :func:`speedup_by_family`: each method's speedup per task as dots, one panel per family of methods (chapter 6's
+  headline figure);
 - :func:`median_iqr`: medians with interquartile bars against K (or any x), one series per group, markers only
   (chapters 5 and 6: draft cost and speedup against K).
 
@@ -34,6 +36,60 @@ def speedup_by_task(data: pd.DataFrame, y: str = "median", hue: str = "runner") 
         ax.tick_params(axis="x", rotation=25)
     g.set_axis_labels("", SPEEDUP_LABEL)
     return g
+
+
+def speedup_by_family(data: pd.DataFrame, family: dict, y: str = "speedup", hue: str = "method",
+                      overall: pd.DataFrame | None = None, title: str = "") -> plt.Figure:
+    """Each method's speedup per task as dots on the method's own row, one panel per family of methods.
+
+    ``data``: one row per (``hue``, ``task``) with ``y``. ``family``: ``{method: family name}``; panels and rows in
+    its order, a method it leaves out in a last panel, ``"other"``. Colour = task (seaborn's colour-blind palette),
+    so a panel has one series per task and the methods are named on the axis, not in a legend. ``overall``
+    (optional, indexed by method, column ``median``): each row's pooled median written at its right. The line at 1
+    is break-even: a dot left of it is a task where the method lost time."""
+    _need(data, ["task", y, hue], "speedup_by_family")
+    if data.empty:
+        raise ValueError("speedup_by_family: the table is empty")
+    present = list(pd.unique(data[hue]))
+    fam = {m: family.get(m, "other") for m in present}
+    panels = [f for f in dict.fromkeys([*family.values(), "other"]) if f in fam.values()]
+    rows = {f: [m for m in dict.fromkeys([*family, *present]) if m in fam and fam[m] == f] for f in panels}
+    tasks = sorted(data.task.unique())
+    colours = dict(zip(tasks, sns.color_palette("colorblind", len(tasks))))
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, squeeze=False, layout="constrained",
+                             figsize=(8.5, 1.4 + 0.42 * len(present) + 0.45 * len(panels)),
+                             gridspec_kw={"height_ratios": [len(rows[f]) for f in panels]})
+    step = 0.5 / max(len(tasks), 1)  # tasks spread a little around their method's row, so no dot hides another
+    lo, hi = min(float(data[y].min()), 1.0), max(float(data[y].max()), 1.0)
+    lo, hi = lo - 0.05 * (hi - lo + 0.1), hi + 0.05 * (hi - lo + 0.1)
+    by_task = data.set_index(["task", hue])[y]
+    for ax, f in zip(axes[:, 0], panels):
+        names = rows[f]
+        for j, t in enumerate(tasks):
+            x = [by_task.get((t, m), float("nan")) for m in names]
+            ax.scatter(x, [i + (j - (len(tasks) - 1) / 2) * step for i in range(len(names))], color=colours[t],
+                       s=36, label=t, zorder=3, edgecolor="white", linewidth=0.5)
+        ax.axvline(1.0, color="k", lw=1, zorder=2)
+        ax.axvspan(lo, 1.0, color="0.5", alpha=0.12, lw=0, zorder=0)  # left of 1: the method lost time
+        ax.set_xlim(lo, hi)
+        ax.set_yticks(range(len(names)), names)
+        ax.set_ylim(len(names) - 0.5, -0.5)
+        ax.set_title(f, loc="left", fontsize=10, fontweight="bold")
+        if overall is not None:
+            for i, m in enumerate(names):
+                if m in overall.index:
+                    ax.annotate(f"{overall.loc[m, 'median']:.2f}×", xy=(1.0, i), xycoords=("axes fraction", "data"),
+                                xytext=(6, 0), textcoords="offset points", va="center", fontsize=9)
+    if overall is not None:
+        axes[0, 0].annotate("all\nprompts", xy=(1.0, 1.0), xycoords="axes fraction", xytext=(6, 4),
+                            textcoords="offset points", va="bottom", fontsize=8)
+    axes[-1, 0].set_xlabel(f"{SPEEDUP_LABEL}; shaded: below 1, slower than autoregressive")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="task", loc="outside lower center", ncol=min(len(tasks), 6), fontsize=8,
+               title_fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
 
 
 def median_iqr(data: pd.DataFrame, by: str, x: str = "K", *,

@@ -145,6 +145,6 @@ def verdict_table(rows, min_n: int = MIN_PAIRS):
                     "verdict": word})
     table = pd.DataFrame(out)
     small = [r["n"] for r in out if r["verdict"] == NO_VERDICT]
-    note = (f" {NO_VERDICT} in the verdict column: {UNRESOLVED} (n < {min_n} pairs; the verdict rule, "
-            "notation.md)." if small else "")
+    note = (f" A {NO_VERDICT} in the verdict column means {UNRESOLVED}: fewer than {min_n} pairs (the verdict "
+            "rule, notation.md)." if small else "")
     return table, note

@@ -244,7 +244,7 @@ def setup(out_dir, model: str | None = None, *, draft: str | None = None, device
     """
     import seaborn as sns
 
-    sns.set_theme(style="whitegrid", context="notebook")
+    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
