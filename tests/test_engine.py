@@ -874,3 +874,21 @@ def test_the_latency_objective_keeps_the_rows_that_do_not_draft_from_paying_for_
         assert latency.best_ks(one) == throughput.best_ks(one), a
     with pytest.raises(ValueError, match="objective"):
         StepCost(COSTS, objective="goodput")
+
+
+def test_a_bootstrap_interval_with_infinite_draws_is_infinite_not_nan():
+    """study.load._interval: where both neighbours of a quantile are infinite ratios (the other policy met no goal in
+    those draws), the interval's end is inf, silently, where plain interpolation warns and gives NaN."""
+    import warnings
+
+    import numpy as np
+
+    from specdec_core.study.load import _interval
+
+    boot = np.array([1.0, 2.0, 3.0] + [np.inf] * 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = _interval(boot, 0.9)
+    assert np.isfinite(lo) and hi == np.inf
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.quantile(boot, 0.95))  # the mutant: plain interpolation

@@ -188,7 +188,7 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
             with np.errstate(divide="ignore", invalid="ignore"):
                 boot = (pick(met[policy]) / span[policy]) / (pick(met[other]) / span[other])
             boot = boot[~np.isnan(boot)]
-            lo, hi = (np.quantile(boot, [(1 - level) / 2, (1 + level) / 2]) if boot.size else (np.nan, np.nan))
+            lo, hi = _interval(boot, level) if boot.size else (np.nan, np.nan)
             rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
                              policy_met=int(met[policy].sum()), other_met=int(met[other].sum()),
@@ -214,9 +214,18 @@ def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: st
         raise ValueError(f"tpot_ratio: no request at load {load!r} finished under both {policy!r} and {other!r}")
     draws = np.random.default_rng(seed).integers(0, len(t), size=(n_boot, len(t)))
     boot = np.median(t[draws, 1], axis=1) / np.median(t[draws, 0], axis=1)
-    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = _interval(boot, level)
     return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
                 verdict=_verdict(lo, hi, goal, len(t)))
+
+
+def _interval(boot: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap ratios, some of which may be infinite (a policy that met no goal in
+    a draw): between two infinite draws the quantile is infinite, where interpolation would give inf − inf = NaN."""
+    with np.errstate(invalid="ignore"):
+        q = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = (np.inf if np.isnan(x) else float(x) for x in q)
+    return lo, hi
 
 
 def _verdict(lo: float, hi: float, goal: float, n: int) -> str:
