@@ -356,7 +356,7 @@ ch.savefig(fig, "training_mask")
 #
 # The block draft's K = 1 proposal is a pass over a single token. That is the only case in which a CPU BLAS runs a
 # matrix-*vector* product. Every K ≥ 2 pass is a small matrix-matrix product, whose kernels differ (chapter 1,
-# section 4b). A GPU changes that balance again.
+# Going deeper D). A GPU changes that balance again.
 #
 # How many unseen tokens a proposal meets in real decoding is measured here, with the draft phase as it happened
 # in the speed runs above. Every proposal's wall time was recorded (`bench.TimedDrafter`). Each generation's first

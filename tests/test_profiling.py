@@ -144,7 +144,12 @@ def test_random_models_run_and_are_labelled():
     assert all(torch.isfinite(p).all() for p in m.parameters())
     assert torch.isfinite(m(torch.tensor([[1, 2, 3]])).logits).all()
     twin = pf.dispatch_twin(pf.llama_config("1b"))
-    assert twin.config.num_hidden_layers == 16 and "twin" in twin.label
+    assert twin.config.num_hidden_layers == 16 and "twin" in twin.label and twin.config.head_dim == 4
+    wide = pf.dispatch_twin(cfg, head_dim=16)  # a head dim the CPU kernel's attention takes
+    assert wide.config.head_dim == 16 and wide.config.num_attention_heads == cfg.num_attention_heads
+    assert torch.isfinite(wide(torch.tensor([[1, 2, 3]])).logits).all()
+    with pytest.raises(ValueError, match="head_dim"):
+        pf.dispatch_twin(cfg, head_dim=0)
     ws = pf.model_linears(m)
     assert len(ws) == 2 * 7 + 1
     pf.matmul_chain(ws, M=3)()
@@ -160,3 +165,27 @@ def test_ceilings_and_profiler_report_what_they_promise():
     prof = pf.profile_ops(lambda: a @ b, repeats=2)
     assert {"op", "calls", "self_s", "total_s"} <= set(prof.columns) and prof.attrs["wall_s"] > 0
     assert prof.set_index("op").loc["aten::mm", "calls"] == 1
+
+
+class _NumpyLinear(torch.nn.Linear):
+    """A linear layer whose product runs outside torch's operators (as a compiled kernel called from Python does):
+    the profiler has no operator to show for it."""
+
+    def forward(self, x):
+        return torch.from_numpy(x.detach().numpy() @ self.weight.detach().numpy().T)
+
+
+def test_profile_ops_sees_marked_modules_on_any_path():
+    """The range of the marked modules holds their time even where no torch operator does the work, and counts
+    every forward call; without ``modules`` there is no such row, and no matmul operator either."""
+    layers = torch.nn.Sequential(*[_NumpyLinear(256, 256, bias=False) for _ in range(3)])
+    x = torch.randn(4, 256)
+    plain = pf.profile_ops(lambda: layers(x), repeats=2)
+    assert pf.MODULES_RANGE not in set(plain.op)
+    assert not set(plain.op) & {"aten::mm", "aten::addmm", "aten::linear", "aten::matmul"}
+    prof = pf.profile_ops(lambda: layers(x), repeats=2, modules=list(layers))
+    row = prof.set_index("op").loc[pf.MODULES_RANGE]
+    assert row.calls == 3 and 0 < row.total_s <= prof.attrs["wall_s"] * 1.5
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in layers)  # the hooks are gone
+    named = pf.profile_ops(lambda: layers(x), repeats=1, modules=list(layers[:1]), label="first layer")
+    assert named.set_index("op").loc["first layer", "calls"] == 1

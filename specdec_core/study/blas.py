@@ -5,7 +5,7 @@ some CPUs (the AMD EPYC this book was first run on among them) its default choic
 few input rows (M = 2-16, exactly the shape of a speculative verification pass) on one thread however
 many are allowed, so a few-token pass costs much more than a one-token pass on several threads. Setting
 ``MKL_CBWR=AUTO`` (MKL's *conditional numerical reproducibility*: the best path for this CPU, with a fixed
-summation order) spreads those products over the threads. Chapter 1, section 4b, times both settings side
+summation order) spreads those products over the threads. Chapter 1 (Going deeper, D) times both settings side
 by side on the reader's machine; ``data/reference/`` keeps our run.
 
 MKL reads the variable at its first call, so it must be set before the first matmul of the process.

@@ -433,17 +433,21 @@ def random_llama(size: str, dtype: torch.dtype = torch.float32, device="cpu", se
     return build_llama(llama_config(size), dtype, device, seed, label=f"llama-{size} (random weights)")
 
 
-def dispatch_twin(config, dtype: torch.dtype = torch.float32, device="cpu"):
-    """Same depth and head counts as ``config`` but every width tiny (head dim 4, hidden 16, vocab 64).
+def dispatch_twin(config, dtype: torch.dtype = torch.float32, device="cpu", head_dim: int = 4):
+    """Same depth and head counts as ``config`` but every width tiny (head dim ``head_dim``, hidden 16, vocab 64).
 
     Its matmuls cost almost nothing, so the time of a pass is the framework's own: Python, module
-    calls, mask and cache bookkeeping, kernel dispatch of the same number of operators.
+    calls, mask and cache bookkeeping, kernel dispatch of the same number of operators. ``head_dim``: a twin
+    whose attention should take the same kernel as the model's needs a head dim that kernel takes (the CPU
+    kernel's attention wants a multiple of its vector width, ``kernels`` ``LANES``).
     """
     from transformers import LlamaConfig
 
+    if not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
     a = Arch.from_config(config)
     twin = LlamaConfig(hidden_size=16, intermediate_size=16, num_hidden_layers=a.L, num_attention_heads=a.nh,
-                       num_key_value_heads=a.nkv, head_dim=4, vocab_size=64, tie_word_embeddings=a.tied,
+                       num_key_value_heads=a.nkv, head_dim=head_dim, vocab_size=64, tie_word_embeddings=a.tied,
                        max_position_embeddings=131072, bos_token_id=None, eos_token_id=None, pad_token_id=None,
                        attn_implementation="sdpa")
     return build_llama(twin, dtype, device, label=f"dispatch twin ({a.L} layers, tiny widths)")
@@ -493,27 +497,55 @@ def linear_chain(model, M: int) -> Callable[[], None]:
     return run
 
 
-def profile_ops(fn: Callable[[], Any], device: torch.device | str = "cpu", repeats: int = 3):
+MODULES_RANGE = "linear layers (forward)"  # profile_ops' default name for the range of the modules it marks
+
+
+def profile_ops(fn: Callable[[], Any], device: torch.device | str = "cpu", repeats: int = 3, modules=(),
+                label: str = MODULES_RANGE):
     """Per-operator times of ``fn`` from ``torch.profiler``, averaged over ``repeats`` calls.
 
     Returns a DataFrame ``op, calls, self_s, total_s`` (seconds per call of ``fn``; ``total_s``
     includes the operator's children — on CUDA both are device times, so kernels appear under their
     own names and ``aten::mm``'s kernels count in its ``total_s``), sorted by ``self_s``; and the wall
     time per call measured around the profiled runs (``df.attrs["wall_s"]``).
+
+    ``modules``: modules whose every forward call is recorded as one range named ``label`` (a row of the table;
+    its ``calls`` count the forward calls). The profiler sees torch's operators only: a compiled kernel called
+    from Python, such as the CPU kernel of :mod:`specdec_core.kernels` that the model's linear layers run, shows
+    up nowhere, and its time falls outside every operator. Inside the range it counts: the range's ``total_s``
+    is the time spent in those modules, on whatever path they run.
     """
     import pandas as pd
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     cuda = torch.device(device).type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     fn()
     sync(device)
-    with profile(activities=acts) as prof:
-        timer = Timer(device)
-        t0 = timer.now()
-        for _ in range(repeats):
-            fn()
-        wall = (timer.now() - t0) / repeats
+    open_ranges, handles = [], []
+
+    def enter(module, args):
+        r = record_function(label)
+        r.__enter__()
+        open_ranges.append(r)
+
+    def leave(module, args, output):
+        open_ranges.pop().__exit__(None, None, None)
+
+    try:
+        for m in modules:
+            handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
+        with profile(activities=acts) as prof:
+            timer = Timer(device)
+            t0 = timer.now()
+            for _ in range(repeats):
+                fn()
+            wall = (timer.now() - t0) / repeats
+    finally:
+        for h in handles:
+            h.remove()
+        while open_ranges:  # a forward that raised leaves its range open
+            open_ranges.pop().__exit__(None, None, None)
     rows = []
     for e in prof.key_averages():
         self_us = e.self_device_time_total if cuda else e.self_cpu_time_total

@@ -214,7 +214,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         f"- At α = {a['greedy_all']:.2f}, linear SD {SPEED_WORDS[report.verdict(**{k: summary['speed']['all'][k] for k in ('median', 'q25', 'q75')})]} "
         f"autoregressive decoding on a 2-core CPU. A step costs K·c + v = {step_cost:.2f} target passes (K draft "
         f"passes and one verification pass over K + 1 tokens, v = {c['verify_ratio']:.2f} one-token passes with "
-        f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1 §4b) and must yield more than that many tokens to "
+        f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1, Going deeper D) and must yield more than that many tokens to "
         f"win; at α = {a['greedy_all']:.2f} it yields (1 − α^(K+1)) / (1 − α) = {step_yield:.2f}.",
         *feature_draft_lines(),
         *calibration_lines(folder),
