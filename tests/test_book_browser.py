@@ -37,14 +37,16 @@ def test_the_check_catches_a_broken_image_a_missing_figure_and_a_cut_off_line(tm
     long = "x" * 400
     pages = {
         "index.html": "<p>front</p><img src='ok.png'>",
-        "ch.html": f"<img src='missing.png'><pre style='width:400px;overflow:auto'>{long}</pre>",
+        "ch.html": f"<img src='missing.png'><div class='cell_output'><pre style='width:400px;overflow:auto'>{long}\n"
+                   + "y" * 150 + "</pre></div><div class='cell_output'><pre style='width:400px;overflow:auto'>" + "z" * 150
+                   + "</pre></div><div class='cell_input'><pre style='width:400px;overflow:auto'>code " + long + "</pre></div>",
     }
     for name, body in pages.items():
         (tmp_path / name).write_text(f"<html><body>{body}</body></html>")
     problems = browser.check_book(tmp_path, CHROMIUM)
     assert any("broken image missing.png" in p for p in problems), problems
     assert any("shows 1 images, its notebook has 2 figures" in p for p in problems), problems
-    assert any("cut off" in p and "xxxx" in p for p in problems), problems
+    assert [p for p in problems if "cut off" in p] == [f"ch.html: a line cut off at the edge: {long[:120]!r}"], problems
     assert not [p for p in problems if p.startswith("index.html")], problems
     assert not list(tmp_path.glob(".*.html")), "the probe's copies are removed"
 

@@ -428,8 +428,11 @@ def announce(paths: dict[str, str]) -> None:
     """One line for a loaded pair: each model's CPU verify path (``{"target": "rows", "model": "torch"}``), printed once
     per process; the calibration behind it is in ``build/kernels/`` (:func:`choose` prints it when not quiet)."""
     if paths:
-        said = ", ".join(f"{name} {'the rows kernel' if path == 'rows' else 'torch'}" for name, path in paths.items())
-        _say(f"specdec: CPU verify path: {said} (calibrated once per machine; {ENV}=rows|torch overrides)", False)
+        by = {}
+        for name, path in paths.items():
+            by.setdefault("rows kernel" if path == "rows" else "torch", []).append(name)
+        said = "; ".join(f"{path} for {', '.join(names)}" for path, names in by.items())
+        _say(f"specdec: CPU verify path: {said} ({ENV}=rows|torch overrides)", False)
 
 
 def _say(line: str, quiet: bool) -> None:
