@@ -11,30 +11,17 @@
 # %% [markdown]
 # # 11 · Where speculation pays: input-grounded requests, drafters that remember, predicted outputs
 #
-# Chapters 3–10 measured speculation on one kind of request, the chat-like evaluation mix, where the answer is new
-# text and a drafter without a model finds little to copy. Many real requests are not like that: a paragraph to
-# correct, a passage to quote or summarise, a document to extract into a fixed schema, an earlier answer to revise.
-# Their output repeats their input, and a drafter that copies can propose long runs the target accepts. This
-# chapter measures that regime beside the chat mix, on the same target, in one run:
+# **The question.** Chapters 3–10 measured speculation on chat-like requests, where the answer is new text. Many
+# real requests are different: their output repeats their input. Does speculation pay more there, and which
+# drafter should a server use for which request?
 #
-# - **our n-gram drafter** (chapter 3) at a K chosen here on training prompts, and **transformers' prompt lookup** at
-#   its defaults (10 tokens, n-gram size 2), the peer a reader already knows;
-# - the **suffix drafter** (`sd.SuffixDrafter`, after SuffixDecoding, arXiv 2411.04975): suffix tries over the
-#   request and over earlier requests' outputs, drafting up to `max_spec_factor` × the match length; *cold* (no
-#   memory of earlier requests) and *warm* (a memory built from training requests, then frozen), as a chain and as a
-#   token tree;
-# - **predicted outputs** (`sd.generate(..., prediction=ids)`, OpenAI's Predicted Outputs): the passage the request
-#   is built on is the draft, resumed after each divergence, alone and with the warm suffix drafter behind it;
-# - the **model draft** at its stored K, the method that needs no copying.
+# **The answer.** A drafter that copies from the request proposes long runs of tokens at almost no cost. Where the
+# output repeats the input, the target accepts much of each run, so one verify pass commits many tokens. On a chat
+# turn the same drafter finds little to copy and drafts little. This chapter measures both kinds of request on the
+# same target, in one run. This run's numbers are in the two speed tables below and in the summary at the end.
 #
-# Every one of them is exact: a deterministic draft's law is one-hot on its tokens, and verification keeps the
-# target's distribution whatever was drafted (chapter 2); the greedy outputs are compared with autoregressive
-# decoding call by call below. What changes between requests is only how much of each verify pass is accepted.
-#
-# Protocol as in chapter 6 (`specdec_core.study.bench`): settings (K, the suffix drafter's setting, the per-request
-# rule) are fixed on training prompts, whose passages no evaluation prompt shares, before the evaluation prompts are
-# timed; every runner decodes the same prompts, interleaved, after a warm-up; ratios are paired against our
-# autoregressive decoder. A mix's speedup is its throughput ratio (summed times), computed from the same calls.
+# Every method here is the step of [chapter 0](00_quickstart.ipynb) with a different drafter: only how much of each
+# verify pass is accepted changes.
 
 # %% tags=["parameters"]
 params_name = None  # the parameter file's name, injected by scripts/run_book.py (banner)
@@ -68,7 +55,7 @@ device = "cpu"
 dtype = "float32"  # the pair's dtype: "float32", "bfloat16", "float16" or "float64"
 out_dir = "../build/book/11_where_it_pays"
 
-# %%
+# %% tags=["hide-input"]
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
@@ -116,33 +103,70 @@ model_spec = bench.stored_k(pair, {"method": "linear", "drafter": "model", "k": 
     else None
 if model_spec is None:
     ch.skip("the model draft", "this pair has no draft model with a stored K (give model_k a number)")
-print(ch)
-print(f"input-grounded: {len(grounded_eval)} eval prompts ({', '.join(sorted({p.task for p in g_eval}))}), "
-      f"{len(grounded_train)} training prompts to choose on, {len(g_memory)} more to warm the memory; "
-      f"chat: {len(chat_eval)} eval prompts, {len(chat_train_prompts)} held-out training prompts; "
-      f"{len(predictions)} requests carry a prediction (tasks {', '.join(prediction_tasks)})")
+sns.set_palette("colorblind")  # after setup, whose theme resets the palette
+print(str(ch).replace("; device", "\ndevice"))
+display(Markdown(f"*Prompts of each kind. {len(predictions)} input-grounded requests carry a prediction (tasks "
+                 f"{', '.join(prediction_tasks)}). Input-grounded evaluation tasks: "
+                 f"{', '.join(sorted({p.task for p in g_eval}))}.*"))
+display(pd.DataFrame({"evaluation": [len(grounded_eval), len(chat_eval)],
+                      "training (choices)": [len(grounded_train), len(chat_train_prompts)],
+                      "training (memory)": [len(g_memory), 0]}, index=["input-grounded", "chat"]))
 
 # %% [markdown]
-# ## What a long verify pass costs here
-# A copying drafter proposes long chains, so the verify pass it pays for is a pass over up to K + 1 = 33 tokens. Its
-# cost in one-token passes, timed side by side at the median grounded prompt's context (chapter 1 explains why it
-# is not 1 on a CPU, and which kernel path the library runs here):
+# ## The requests and the drafters
+# An input-grounded request carries the text its answer is built from. Four tasks stand for them: a paragraph to
+# correct (edit), a passage to quote or summarise (quote), a document to extract into a fixed schema (extract),
+# and an earlier answer to revise (revise). Their outputs repeat their inputs.
+#
+# The drafters compared:
+#
+# - **Our n-gram drafter** (chapter 3): where the last tokens occurred before in the context, it copies what
+#   followed, up to K tokens (the draft length; [notation](notation.md)).
+# - **Transformers' prompt lookup** at its defaults (10 tokens, n-gram size 2): the peer a reader already knows.
+# - **The suffix drafter** (`sd.SuffixDrafter`, after SuffixDecoding, arXiv 2411.04975). It keeps suffix tries
+#   over the request and over earlier requests' outputs. Its draft grows with the length of the match.
+#   *Cold*, it remembers no earlier request. *Warm*, it holds a memory of training requests' outputs, then frozen.
+#   It runs as a chain and as a token tree.
+# - **Predicted outputs** (`sd.generate(..., prediction=ids)`, as in OpenAI's Predicted Outputs). The passage the
+#   request is built on is the draft, resumed after each divergence. It runs alone and with the warm suffix
+#   drafter behind it.
+# - **The model draft** at its stored K: the method that needs nothing to copy.
+#
+# Every one of them keeps the target's distribution. A deterministic draft's law is one-hot on its tokens, and
+# verification keeps the target's law whatever was drafted (chapter 2).
+#
+# ## One request, watched
+# An edit request from the training prompts, decoded greedily with the n-gram drafter and with its prediction.
+# These calls are the whole use of the library.
 
 # %%
+meta, ids = grounded_train[0]
+copied = sd.generate(target, ids, drafter=pair.drafters["ngram"], method="linear", k=ngram_ks[-1],
+                     max_new_tokens=max_new_tokens)
+pred = predictions.get(tuple(ids.tolist()))
+predicted = None if pred is None else sd.generate(target, ids, method="linear", k=suffix_k, prediction=pred,
+                                                    max_new_tokens=max_new_tokens)
+
+# %% tags=["hide-input"]
+watched = {f"n-gram drafter, K = {ngram_ks[-1]}": copied, f"prediction, K ≤ {suffix_k}": predicted}
+display(Markdown(f"*One {meta['task']} request ({meta['id']}), greedy. Autoregressive decoding needs one target pass "
+                 "per token; each speculative step is one target pass.*"))
+display(pd.DataFrame([{"drafter": name, "target passes": r.stats.target_passes, "tokens": len(r.tokens),
+                         "drafted": sum(r.stats.drafted), "accepted": sum(r.stats.accepted_lengths),
+                         "accepted per step": " ".join(map(str, r.stats.accepted_lengths))}
+                      for name, r in watched.items() if r is not None]).set_index("drafter"))
+
+# %% [markdown]
+# ## How the settings are fixed
+# The n-gram drafter's K, the suffix drafter's setting and a per-request rule are all fixed on *training* prompts.
+# No evaluation prompt shares their passages. Then every runner decodes the evaluation prompts, interleaved, after
+# a warm-up. "Going deeper" shows the training tables.
+
+# %% tags=["hide-input"]
 costs = bench.pass_costs(target, None, bench.median_length(grounded_eval), ks=(4, 8, 16, 24, 32), repeats=7,
                          decoded=max_new_tokens // 2)
-print("verify pass over K + 1 tokens ÷ one-token pass: "
-      + ", ".join(f"K = {k}: {v:.2f}" for k, v in costs["verify_ratio"].items()))
-display(ch.setting(16, costs["verify_ratio"][16]))
 
-# %% [markdown]
-# ## Settings fixed on training prompts
-# Every candidate, greedy, on the input-grounded *training* prompts (and the chat mix's held-out training prompts for
-# the rule below): the n-gram drafter at each K of `ngram_ks`, the suffix drafter (cold: a fresh drafter with no
-# memory across requests) in each setting of `suffix_settings`, the prediction where the request has one. The highest
-# median fixes the n-gram's K and the suffix drafter's setting for everything after.
 
-# %%
 def runner(temp=0.0, outputs=None, tokens=max_new_tokens, **kw):
     return bench.decode_runner(target, tokens, temp, keep_steps=True, outputs=outputs, **kw)
 
@@ -161,44 +185,19 @@ tr_r = bench.paired_ratios(tr[tr.runner != "prediction"], AR)
 ch.save(tr_r, "training_sweep")
 k_ngram = int(tr_r[tr_r.runner.str.startswith("n-gram|")].set_index("runner")["median"].idxmax().split("|")[1])
 setting = tr_r[tr_r.runner.str.startswith("suffix cold|")].set_index("runner")["median"].idxmax().split("|")[1]
-book.show(tr_r.set_index("runner"), f"Greedy speedup over autoregressive decoding on {len(grounded_train)} "
-          "input-grounded training prompts (median, IQR, n pairs): the candidates K and settings are chosen from.",
-          prefill=True)
-def resolved(prefix, chosen):
-    """Whether the choice among the ``prefix`` runners is resolved on these prompts (no rival's IQR reaches it)."""
-    rows = tr_r[tr_r.runner.str.startswith(prefix)].set_index("runner")
-    close = [r.split("|")[1] for r in report.rivals(rows, f"{prefix}{chosen}")]
-    n = int(rows.loc[f"{prefix}{chosen}", "n"])
-    return (report.unresolved(n) if n < report.MIN_PAIRS else
-            f"not resolved on these prompts ({', '.join(close)} reach its IQR)" if close else "resolved on these prompts")
-
-
-display(Markdown(f"Chosen on training prompts: the n-gram drafter at **K = {k_ngram}** ({resolved('n-gram|', k_ngram)}), "
-                 f"the suffix drafter's **{setting}** setting "
-                 f"({suffix_settings[setting] or 'max_tree_depth 24, max_spec_factor 1, min_token_prob 0.1'}; "
-                 f"{resolved('suffix cold|', setting)})."))
+display(Markdown(f"Chosen on training prompts: the n-gram drafter at **K = {k_ngram}**, and the suffix drafter's "
+                 f"**{setting}** setting."))
 
 # %% [markdown]
-# ## A memory built from training requests
-# The warm suffix drafter decodes `memory_per_task` further training prompts of each task (their outputs are the
-# target's own greedy answers, since greedy speculation equals autoregressive decoding) and keeps those outputs in
-# its global trie; then its memory is frozen (`learn = False`), so neither the warm-up nor the interleaved repeats
-# can teach it the answers it is timed on. What it can learn is what recurs across requests: the extraction schema's
-# keys and punctuation, an edit's phrasing.
+# The warm suffix drafter first decodes `memory_per_task` more training prompts of each task, and keeps their
+# outputs. Then its memory is frozen, so it never learns the answers it is timed on.
 
 # %%
 warm = sd.SuffixDrafter(**suffix_settings[setting], max_cached_requests=max(1, len(g_memory)))
 held = grounded.build_memory(target, warm, [sd.prompts.encode(pair, p) for p in g_memory], max_new_tokens, suffix_k)
 print(f"warm memory: {held} outputs of training requests ({sum(len(o) for o in warm.cached)} tokens), frozen")
 
-# %% [markdown]
-# ## The runners
-# Every method as it is timed below: the n-gram drafter at the K chosen above, the suffix drafter cold (a fresh one,
-# no memory) and warm (the frozen memory), as a chain and as its token tree (best-first by path probability, at most
-# the default tree's size at depth K), the prediction alone (a request without one decodes autoregressively) and
-# with the warm suffix drafter behind it, the model draft, and transformers' prompt lookup at its defaults.
-
-# %%
+# %% tags=["hide-input"]
 outputs = {}
 
 
@@ -228,13 +227,11 @@ def eval_runners(temp, names=None, tokens=max_new_tokens, prediction=True, outpu
 
 
 # %% [markdown]
-# ## One method per request, chosen before decoding
-# What a server knows before it decodes: whether the request carries a prediction, and whether it is an
-# input-grounded request or a chat turn. The rule: for each class, the runner with the highest median on that class's
-# *training* prompts (autoregressive decoding if none beats it). Its evaluation calls are the chosen runner's calls on
-# each request, taken from the evaluation run below (the rule is fixed here, before that run).
+# A server knows two things about a request before it decodes it: whether it carries a prediction, and whether it
+# is input-grounded or a chat turn. The per-request rule picks, for each of these classes, the runner with the
+# highest median on that class's *training* prompts. If none beats autoregressive decoding there, it picks that.
 
-# %%
+# %% tags=["hide-input"]
 train_cls = {"prediction": ["prediction", "prediction + suffix", "suffix warm", f"n-gram K={k_ngram}"],
              "grounded": ["suffix warm", "suffix warm tree", f"n-gram K={k_ngram}"],
              "chat": ["suffix warm", f"n-gram K={k_ngram}"] + ([f"model draft K={model_spec['k']}"] if model_spec else [])}
@@ -250,16 +247,11 @@ train_ratios = pd.concat([
 ], ignore_index=True)
 ch.save(train_ratios, "rule_training")
 rule = grounded.choose(train_ratios, {c: v for c, v in train_cls.items() if c in set(train_ratios["class"])})
-display(Markdown("The rule fixed on training prompts: " + "; ".join(f"{c} → **{r}**" for c, r in rule.items())
-                 + " (its calls on the evaluation prompts are read from the run below)."))
+CLASS = {"prediction": "requests with a prediction", "grounded": "other input-grounded requests", "chat": "chat"}
+display(Markdown("The rule fixed on training prompts: " + "; ".join(f"{CLASS[c]} → **{r}**" for c, r in rule.items())
+                 + "."))
 
-# %% [markdown]
-# ## The evaluation run
-# Greedy, every runner on every input-grounded eval prompt (`repeats` interleaved repeats), then the chat mix's eval
-# prompts with every runner that needs no prediction; then, if `t1`, the grounded prompts at temperature 1 with a
-# subset of the runners.
-
-# %%
+# %% tags=["hide-input"]
 g_runs = bench.run_interleaved(eval_runners(0.0), grounded_eval, repeats=repeats, warmup=warmup)
 c_runs = bench.run_interleaved(eval_runners(0.0, tokens=chat_max_new_tokens, prediction=False), chat_eval,
                                repeats=chat_repeats, warmup=warmup)
@@ -273,11 +265,15 @@ if t1:
 _ = ch.save(runs.drop(columns=["accepted_lengths", "drafted_lengths"], errors="ignore"), "runs")
 
 # %% [markdown]
-# ## Speed by family and by task
-# Paired ratios against autoregressive decoding on the same prompt and repeat; α is the share of tested draft
-# tokens the target accepted, τ the tokens a target pass yields.
+# ## Speed on each kind of request
+# Each speedup is a tokens/s ratio over autoregressive decoding on the same prompt and repeat. The tables also give
+# the acceptance rate α, the fraction of tested draft tokens the target kept. τ is the number of tokens one target
+# pass yields. The IQR is the interquartile range, the middle half of the paired ratios; the verdict column reads it.
+# All three are defined in the [notation](notation.md). The setting line says what a long verify pass costs on this
+# machine.
 
-# %%
+# %% tags=["hide-input"]
+display(ch.setting(16, costs["verify_ratio"][16]))
 ratios = pd.concat([bench.paired_ratios(g, AR, by=["family"]).assign(temperature=t)
                     for t, g in runs.groupby("temperature")], ignore_index=True)
 per_task = pd.concat([bench.paired_ratios(g, AR, by=["family", "task"]).assign(temperature=t)
@@ -289,47 +285,190 @@ ratios = ratios.join(alpha.rename("alpha"), on=["temperature", "family", "runner
     tau.rename("tau"), on=["temperature", "family", "runner"])
 ch.save(ratios, "speedup")
 ch.save(per_task, "speedup_by_task")
-book.show(ratios.set_index(["temperature", "family", "runner"]),
-          "Speedup over autoregressive decoding (tokens/s ratio, median, IQR, n pairs), α and median τ, per family.",
-          prefill=True)
-g0 = per_task[per_task.temperature == 0.0]
-fig = figures.speedup_by_task(g0.assign(temperature="greedy"), hue="runner")
-fig.set_axis_labels("task", "speedup over autoregressive (median of pairs)")
+
+
+def said(r) -> str:
+    """One plain finding: the median ratio, and its verdict word where the rule allows one (the table's footnote
+    says, once, why a small sample has none)."""
+    word = report.verdict(r["median"], r.q25, r.q75) if int(r.n) >= report.MIN_PAIRS and r.n > 1 else ""
+    return f"{r['median']:.2f}× autoregressive decoding's speed" + (f" ({word})" if word else "")
+
+
+def family_table(rows, caption: str) -> None:
+    """Speed rows as a verdict table (median, IQR, n, verdict, α, τ), highest median first, under ``caption``."""
+    rows = rows.sort_values("median", ascending=False)
+    table, note = report.verdict_table([{"runner": r.runner, "median": r["median"], "q25": r.q25, "q75": r.q75,
+                                         "n": r.n, "α": "—" if r.alpha != r.alpha else f"{r.alpha:.2f}",
+                                         "τ": "—" if r.tau != r.tau else f"{r.tau:.2f}"} for _, r in rows.iterrows()])
+    book.show(table[[c for c in table if c not in ("α", "τ")] + ["α", "τ"]].set_index("runner"), caption + note,
+              prefill=True, digits=None)
+
+
+g0 = ratios[ratios.temperature == 0.0]
+for fam, what in (("input-grounded", "Input-grounded requests"), ("chat", "Chat requests")):
+    rows = g0[g0.family == fam]
+    top = rows.loc[rows["median"].idxmax()]
+    display(Markdown(f"{what}, greedy: the highest median is {top.runner}'s, {said(top)}."))
+    family_table(rows, f"{what}, greedy: speedup over autoregressive decoding.")
+
+# %% tags=["hide-input"]
+g0_task = per_task[(per_task.temperature == 0.0) & (per_task.family == "input-grounded")]
+groups = {"drafters that copy": ["hf prompt lookup", f"n-gram K={k_ngram}", "suffix cold", "suffix warm",
+                                 "suffix warm tree"],
+          "a prediction, or a draft model": ["prediction", "prediction + suffix"]
+          + ([f"model draft K={model_spec['k']}"] if model_spec is not None else [])}
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
+for ax, (title, names) in zip(axes, groups.items()):
+    sns.barplot(data=g0_task[g0_task.runner.isin(names)], x="task", y="median", hue="runner", hue_order=names,
+                palette="colorblind", ax=ax)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set(title=title, xlabel="input-grounded task", ylabel="speedup over autoregressive (median, paired)")
+    ax.legend(fontsize=8)
+fig.suptitle("Greedy speedup per input-grounded task: bars above 1 decode more tokens per second than "
+             "autoregressive decoding")
+fig.tight_layout()
 ch.savefig(fig, "speedup_by_task")
-book.show(g0.pivot_table(index="runner", columns="task", values="median"),
-          "Greedy speedup per task (median of paired ratios).", prefill=True)
 
 # %% [markdown]
 # ## Exact, call by call
-# Every greedy call of a speculative runner against the autoregressive call on the same prompt: the tokens must be
-# the same. With the library's CPU kernel (row-invariant logits, chapter 1) they are the same bit for bit; on a path
-# without that property a float32 near-tie can flip a token, and the count below would show it.
+# Every greedy call of a speculative runner must return the autoregressive call's tokens on the same prompt. With
+# the library's CPU kernel (row-invariant logits, chapter 1) they are the same bit for bit. On a path without that
+# property, a float32 near-tie can flip a token, and the count below would show it.
 
-# %%
+# %% tags=["hide-input"]
 ident = grounded.greedy_identity(outputs, AR)
 ch.save(ident, "greedy_identity")
-book.show(ident.set_index("runner"), "Greedy calls whose tokens equal autoregressive decoding's on the same prompt.",
-          prefill=False)
 n_calls, n_diff = int(ident.calls.sum()), int(ident.differ.sum())
 print(f"greedy identity: {n_calls - n_diff} of {n_calls} speculative calls equal autoregressive decoding"
       + (f"; {n_diff} differ: " + ", ".join(f"{r.runner} {r.differ}" for r in ident[ident.differ > 0].itertuples())
          if n_diff else ""))
+book.show(ident.set_index("runner"), "Greedy calls whose tokens equal autoregressive decoding's on the same prompt.",
+          prefill=False)
 
 # %% [markdown]
-# ## How long the drafts are, and what drafting costs
-# The suffix drafter's length follows the match (up to `max_spec_factor` × its length, capped by K); the n-gram
-# drafter's is K whenever it finds a match; the prediction drafts as far as the passage goes. The figure shows the
-# distribution of tokens drafted per step on the input-grounded prompts (greedy). The draft phase's share of the
-# decode loop is the price of proposing without a model.
+# ## One method per request, and a traffic mix
+# The rule fixed on training prompts makes one call per request: the chosen runner's call, read from the
+# evaluation run. A benchmark made only of predictable completions overstates what a mixed product gains. So the
+# figure draws the speedup of a mix in which a share s of the requests is input-grounded and the rest chat.
 
-# %%
+# %% tags=["hide-input"]
+g_all = runs[runs.temperature == 0.0]
+chooser = grounded.chosen_calls(g_all[g_all["class"].isin(rule)], rule)
+ch_r = bench.paired_ratios(pd.concat([g_all, chooser]), AR, by=["family"])
+ch_r = ch_r[ch_r.runner == "chooser"]
+ch.save(pd.DataFrame([rule]), "rule")
+display(Markdown(" ".join(f"On {r.family} requests the rule's calls ran at {said(r)}." for _, r in ch_r.iterrows())))
+table, note = report.verdict_table([{"family": r.family, "median": r["median"], "q25": r.q25, "q75": r.q75, "n": r.n}
+                                    for _, r in ch_r.iterrows()])
+book.show(table.set_index("family"), "The per-request rule on the evaluation prompts: speedup over autoregressive "
+          "decoding, greedy." + note, prefill=True, digits=None)
+
+chat_ids = [m["id"] for m, _ in chat_eval]
+g_ids = [m["id"] for m, _ in grounded_eval]
+both = g_all[g_all.runner.isin(c_runs.runner.unique())]
+both = both[both.repeat < min(repeats, chat_repeats)]
+mix = grounded.mix_speedup(pd.concat([both, chooser[chooser.repeat < min(repeats, chat_repeats)]]), AR, chat_ids,
+                           g_ids, shares, seeds=mix_seeds)
+ch.save(mix, "traffic_mix")
+real = ratios[(ratios.temperature == 0.0) & (ratios.family == "input-grounded") & ~ratios.runner.str.startswith("hf")]
+best = real.loc[real["median"].idxmax()]
+m_lo, m_hi = mix[mix.share == min(shares)], mix[mix.share == max(shares)]
+shown = mix[~mix.runner.str.startswith("hf")]
+top_mix = shown[shown.share == max(shares)].set_index("runner")["median"].idxmax()  # highest at the largest share
+lo, hi = (m[m.runner == top_mix]["median"] for m in (m_lo, m_hi))
+fig = figures.median_iqr(shown, "runner", x="share", dodge=0.006, baseline=1.0, figsize=(8, 4.5),
+                         legend_fontsize=8, xlabel="input-grounded share s of the requests",
+                         ylabel="mix throughput ÷ autoregressive",
+                         title=f"{top_mix}: {lo.iloc[0]:.2f}× at input-grounded share {min(shares):g}, "
+                               f"{hi.iloc[0]:.2f}× at share {max(shares):g} (greedy medians)")
+fig.axes[0].xaxis.set_major_locator(plt.MultipleLocator(0.25))
+ch.savefig(fig, "traffic_mix")
+display(Markdown("\n".join(
+    f"- With {'the per-request rule' if name == 'chooser' else name}, a mix ran at {a.iloc[0]['median']:.2f}× at share {min(shares):g} and "
+    f"{b.iloc[0]['median']:.2f}× at share {max(shares):g} (medians)." for name in dict.fromkeys([best.runner, top_mix, "chooser"])
+    for a, b in [(m_lo[m_lo.runner == name], m_hi[m_hi.runner == name])] if len(a) and len(b))))
+
+# %% [markdown]
+# ## Going deeper
+#
+# ### The protocol
+# It is chapter 6's (`specdec_core.study.bench`). Every runner decodes the same prompts, interleaved, after a
+# warm-up. Ratios are paired against our autoregressive decoder. A mix's speedup is its throughput ratio (summed
+# times), computed from the same calls as the tables.
+#
+# ### What a long verify pass costs here
+# A copying drafter proposes long chains, so it pays for a verify pass over up to K + 1 tokens. Below is that pass's
+# cost in one-token passes, timed side by side at the median grounded prompt's context. Chapter 1 explains why it is
+# not 1 on a CPU, and which kernel path the library runs here.
+
+# %% tags=["hide-input"]
+display(Markdown("*A target pass over K + 1 tokens ÷ a pass over one token, at the median input-grounded context.*"))
+display(pd.DataFrame({"K": list(costs["verify_ratio"]), "verify pass ÷ one-token pass":
+                      [f"{v:.2f}" for v in costs["verify_ratio"].values()]}).set_index("K"))
+
+# %% [markdown]
+# ### The training sweep
+# Every candidate decodes the input-grounded training prompts, greedy. They are the n-gram drafter at each K of
+# `ngram_ks`, and the suffix drafter cold (no memory across requests) in each setting of `suffix_settings`. The
+# highest median fixes the n-gram's K and the suffix drafter's setting for everything after. A choice is settled
+# only where no rival's IQR reaches the chosen one's.
+
+# %% tags=["hide-input"]
+def resolved(prefix, chosen):
+    """Whether the choice among the ``prefix`` runners is resolved on these prompts (no rival's IQR reaches it)."""
+    rows = tr_r[tr_r.runner.str.startswith(prefix)].set_index("runner")
+    close = [r.split("|")[1] for r in report.rivals(rows, f"{prefix}{chosen}")]
+    n = int(rows.loc[f"{prefix}{chosen}", "n"])
+    return (report.unresolved(n) if n < report.MIN_PAIRS else
+            f"not resolved on these prompts ({', '.join(close)} reach its IQR)" if close else "resolved on these prompts")
+
+
+book.show(tr_r.set_index("runner"), f"Greedy speedup over autoregressive decoding on {len(grounded_train)} "
+          "input-grounded training prompts (median, IQR, n pairs): the candidates K and settings are chosen from.",
+          prefill=True)
+status = {f"The n-gram drafter's K = {k_ngram}": resolved("n-gram|", k_ngram),
+          f"The suffix drafter's {setting} setting": resolved("suffix cold|", setting)}
+display(Markdown(f"The {setting} setting is "
+                 f"{suffix_settings[setting] or 'max_tree_depth 24, max_spec_factor 1, min_token_prob 0.1'}.\n\n"
+                 + (f"Both choices: {next(iter(status.values()))}." if len(set(status.values())) == 1 else
+                    "\n".join(f"- {what}: {said_}." for what, said_ in status.items()))))
+
+# %% [markdown]
+# ### The memory and the runners
+# The memory's outputs are the target's own greedy answers, since greedy speculation equals autoregressive
+# decoding. Frozen (`learn = False`), it learns nothing from the warm-up or the interleaved repeats. What it can
+# carry over is what recurs across requests: the extraction schema's keys and punctuation, an edit's phrasing.
+#
+# The suffix drafter drafts up to `max_spec_factor` × the match length, capped by K. Its tree is best-first by path
+# probability, at most the default tree's size at depth K. A request without a prediction decodes
+# autoregressively under "prediction", and with the warm suffix drafter alone under "prediction + suffix".
+#
+# ### Temperature 1, and task by task
+# At temperature 1 a subset of the runners decodes the grounded prompts again. The per-task table gives each
+# runner's greedy median on each task.
+
+# %% tags=["hide-input"]
+if t1:
+    family_table(ratios[ratios.temperature == 1.0], "Input-grounded requests, temperature 1: speedup over "
+                 "autoregressive decoding.")
+book.show(per_task[per_task.temperature == 0.0].pivot_table(index="runner", columns="task", values="median"),
+          "Greedy speedup per task (median of paired ratios).", prefill=True, digits=2)
+
+# %% [markdown]
+# ### How long the drafts are, and what drafting costs
+# The suffix drafter's length follows the match. The n-gram drafter drafts K whenever it finds a match. The
+# prediction drafts as far as the passage goes. The draft phase's share of the decode loop is the price of
+# proposing without a model.
+
+# %% tags=["hide-input"]
 steps = grounded.lengths(runs[(runs.temperature == 0.0) & (runs.family == "input-grounded")
                               & runs.runner.isin([f"n-gram K={k_ngram}", "suffix cold", "suffix warm",
                                                   "prediction", "prediction + suffix"])])
 fig, ax = plt.subplots(figsize=(8, 4))
 sns.histplot(data=steps, x="length", hue="runner", element="step", stat="probability", common_norm=False,
              discrete=True, ax=ax)
-ax.set(xlabel="tokens drafted in a step", ylabel="share of steps", title="draft length per step, input-grounded")
+ax.set(xlabel="tokens drafted in a step", ylabel="share of steps",
+       title="Tokens drafted per step: none where a copying drafter finds no match (input-grounded, greedy)")
 ch.savefig(fig, "draft_lengths")
 free = [n for n in ratios.runner.unique() if not n.startswith(("model", "hf"))]
 share = pd.DataFrame({t: grounded.share_of(runs[(runs.temperature == t) & runs.runner.isin(free)], "draft_s")
@@ -338,55 +477,58 @@ share.columns = [f"draft share, T = {t:g}" for t in share.columns]
 ch.save(share.reset_index(), "draft_share")
 book.show(share, f"The draft phase's share of the decode loop (median over calls), model-free drafters, K ≤ {suffix_k}.",
           prefill=False)
+worst = share.max()
+display(Markdown("The draft phase's largest share of the decode loop: " + "; ".join(
+    f"{v:.1%} at {c.split(', ')[1]} ({share[c].idxmax()})" for c, v in worst.items()) + "."))
 
 # %% [markdown]
-# ## The per-request rule on the evaluation prompts
-# The calls the rule fixed above would have made: on each request, the chosen runner's call.
+# ### More findings
+# Predicted outputs on the edit task alone, and the best method here against transformers' prompt lookup on the
+# same calls. Then the chat requests, where there is little to copy, and the rows whose whole IQR lies below 1.
 
-# %%
-g_all = runs[runs.temperature == 0.0]
-chooser = grounded.chosen_calls(g_all[g_all["class"].isin(rule)], rule)
-ch_r = bench.paired_ratios(pd.concat([g_all, chooser]), AR, by=["family"])
-ch_r = ch_r[ch_r.runner == "chooser"]
-ch.save(pd.DataFrame([rule]), "rule")
-display(Markdown("The rule on the evaluation prompts: " + "; ".join(
-                     f"{r.family} {report.ratio_phrase_median(r['median'], r.q25, r.q75, n=int(r.n))}"
-                     for _, r in ch_r.iterrows()) + "."))
+# %% tags=["hide-input"]
+found = []
+edits = per_task[(per_task.temperature == 0.0) & (per_task.task == "edit") & (per_task.runner == "prediction")]
+if len(edits):
+    e = edits.iloc[0]
+    found.append({"finding": "prediction, edit task", "median": e["median"], "q25": e.q25, "q75": e.q75, "n": e.n})
+pl = per_task[(per_task.temperature == 0.0) & (per_task.family == "input-grounded")].pivot_table(
+    index="task", columns="runner", values="median")
+if "hf prompt lookup" in pl.columns:
+    ours = g_all[(g_all.family == "input-grounded")]
+    vs = bench.paired_ratios(ours[ours.runner.isin([best.runner, "hf prompt lookup"])], "hf prompt lookup",
+                             by=["task"])
+    overall_vs = bench.paired_ratios(ours[ours.runner.isin([best.runner, "hf prompt lookup"])], "hf prompt lookup")
+    o = overall_vs.iloc[0]
+    found.append({"finding": f"{best.runner} ÷ hf prompt lookup", "median": o["median"], "q25": o.q25,
+                  "q75": o.q75, "n": o.n})
+table, note = report.verdict_table(found)
+book.show(table.set_index("finding"), "Greedy, input-grounded: paired speed ratios (the first over autoregressive "
+          "decoding, the second over transformers' prompt lookup)." + note, prefill=True, digits=None)
+lines = []
+if "hf prompt lookup" in pl.columns:
+    lines.append(f"- {best.runner} over prompt lookup, per task: "
+                 + ", ".join(f"{r.task} {r['median']:.2f}×" for _, r in vs.iterrows()) + ".")
+sw, ng = (ratios[(ratios.family == "chat") & (ratios.runner == n)] for n in ("suffix warm", f"n-gram K={k_ngram}"))
+if len(sw) and len(ng):
+    lines.append(f"- Chat, where there is little to copy: the warm suffix drafter {sw.iloc[0]['median']:.2f}×, "
+                 f"the n-gram drafter {ng.iloc[0]['median']:.2f}× at K = {k_ngram} (medians).")
+losing = ratios[(ratios.runner != AR) & (ratios.q75 < 1)]
+lines.append(f"- Rows of the speed tables with the whole IQR below 1: {len(losing)}"
+             + (" (" + ", ".join(f"{r.runner}, {r.family}, T = {r.temperature:g}" for r in losing.itertuples()) + ")"
+                if len(losing) else "") + ".")
+display(Markdown("\n".join(lines)))
 
 # %% [markdown]
-# ## A traffic mix
-# A benchmark made only of predictable completions overstates what a mixed product gains. The speedup of a mix in
-# which a share s of the requests is input-grounded and the rest chat, drawn by `sd.prompts.traffic_mix` (the same
-# requests for every runner, `mix_seeds` draws per share): the autoregressive decoder's summed time over the mix ÷
-# the runner's, in each repeat of the greedy run.
+# ### Beside the field
+# Published speedups of drafters without a model on requests that repeat their input sit next to this run's
+# nearest method (fixed citations in `data/anchors_grounded.csv`). Those targets are 7–70 B models on GPUs. There,
+# a verify pass over many tokens costs about one pass, and a 135 M target on 2 CPU cores does not (the setting
+# line). They also copy far more faithfully, so each drafted token is accepted more often. SuffixDecoding's own
+# implementation (ArcticInference) is not run here as a peer drafter. Its package builds CUDA extensions and a
+# vLLM plugin, and the chapter does not install it.
 
-# %%
-chat_ids = [m["id"] for m, _ in chat_eval]
-g_ids = [m["id"] for m, _ in grounded_eval]
-both = g_all[g_all.runner.isin(c_runs.runner.unique())]
-both = both[both.repeat < min(repeats, chat_repeats)]
-mix = grounded.mix_speedup(pd.concat([both, chooser[chooser.repeat < min(repeats, chat_repeats)]]), AR, chat_ids,
-                           g_ids, shares, seeds=mix_seeds)
-ch.save(mix, "traffic_mix")
-shown = mix[~mix.runner.str.startswith("hf")]
-fig = figures.median_iqr(shown, "runner", x="share", dodge=0.006, baseline=1.0, figsize=(8, 4.5),
-                         legend_fontsize=8, xlabel="input-grounded share of the requests",
-                         ylabel="mix throughput ÷ autoregressive", title="speedup of a traffic mix (greedy)")
-fig.axes[0].xaxis.set_major_locator(plt.MultipleLocator(0.25))
-ch.savefig(fig, "traffic_mix")
-book.show(mix.pivot_table(index="runner", columns="share", values="median"),
-          "A traffic mix's throughput over autoregressive decoding's, by input-grounded share (median over draws and "
-          "repeats).", prefill=True)
-
-# %% [markdown]
-# ## Beside the field
-# Published speedups of drafters without a model on requests that repeat their input (fixed citations in
-# `data/anchors_grounded.csv`, each with its setting and source), next to this run's greedy input-grounded speedup of
-# the nearest method here. Those targets are 7–70 B models on GPUs, where a verify pass over many tokens costs about
-# one pass and a 135 M target on 2 CPU cores does not (the setting line above); they also copy far more faithfully,
-# so each drafted token is accepted more often.
-
-# %%
+# %% tags=["hide-input"]
 field = pd.read_csv(anchors)
 g_over = ratios[(ratios.temperature == 0.0) & (ratios.family == "input-grounded")].set_index("runner")
 field["this run (greedy, input-grounded)"] = [
@@ -399,71 +541,18 @@ book.show(field.drop(columns=["url"]).set_index(["source", "published_method"]),
 
 # %% [markdown]
 # ## Summary
-# The mechanisms: a draft pays when the verify pass it costs yields more tokens than it costs passes. A copying
-# drafter's proposal is free to make, and on a request whose output repeats its input most of it is accepted, so
-# long drafts pay despite a verify pass that costs more than one token's pass; on a chat turn the same drafter
-# rarely finds a match and drafts nothing, so it should cost next to nothing there. A memory of earlier outputs adds
-# what recurs across requests; a prediction adds the passage even where the output has not yet quoted it. What this
-# run measured, computed from its tables:
+# - A draft pays when its verify pass yields more tokens than it costs passes.
+# - A copying drafter's proposal is free to make. Where the output repeats the input, most of it is accepted, so
+#   long drafts pay despite a verify pass that costs more than one token's pass.
+# - On a chat turn the same drafter rarely finds a match, so it drafts little and should cost little.
 
-# %%
-def phrase(family, name, temp=0.0):
-    r = ratios[(ratios.family == family) & (ratios.runner == name) & (ratios.temperature == temp)]
-    if r.empty:
-        return "not run"
-    r = r.iloc[0]
-    return report.ratio_phrase_median(r["median"], r.q25, r.q75, n=int(r.n)) + (
-        f", α {r.alpha:.2f}" if r.alpha == r.alpha else "")
-
-
-real = ratios[(ratios.temperature == 0.0) & (ratios.family == "input-grounded") & ~ratios.runner.str.startswith("hf")]
-best = real.loc[real["median"].idxmax()]
-lines = [f"- **Input-grounded, greedy**: best method {best.runner}, "
-         + report.ratio_phrase_median(best["median"], best.q25, best.q75, n=int(best.n)) + "; "
-         + "; ".join(f"{n}: {phrase('input-grounded', n)}" for n in real.runner if n != best.runner) + "."]
-lines.append(f"- **Chat mix, greedy**: " + "; ".join(
-    f"{n}: {phrase('chat', n)}" for n in ratios[(ratios.family == "chat")].runner) + ".")
-edits = per_task[(per_task.temperature == 0.0) & (per_task.task == "edit") & (per_task.runner == "prediction")]
-if len(edits):
-    e = edits.iloc[0]
-    lines.append("- **Predicted outputs on the edit tasks**: "
-                 + report.ratio_phrase_median(e["median"], e.q25, e.q75, n=int(e.n)) + ".")
-pl = per_task[(per_task.temperature == 0.0) & (per_task.family == "input-grounded")].pivot_table(
-    index="task", columns="runner", values="median")
-if "hf prompt lookup" in pl.columns:
-    ours = g_all[(g_all.family == "input-grounded")]
-    vs = bench.paired_ratios(ours[ours.runner.isin([best.runner, "hf prompt lookup"])], "hf prompt lookup",
-                             by=["task"])
-    overall_vs = bench.paired_ratios(ours[ours.runner.isin([best.runner, "hf prompt lookup"])], "hf prompt lookup")
-    o = overall_vs.iloc[0]
-    lines.append(f"- **Against transformers' prompt lookup (defaults)**: {best.runner} over it "
-                 + report.ratio_phrase_median(o["median"], o.q25, o.q75, n=int(o.n)) + "; per task "
-                 + ", ".join(f"{r.task} {r['median']:.2f}×" for _, r in vs.iterrows()) + ".")
-if t1:
-    lines.append("- **Input-grounded, T = 1**: " + "; ".join(
-        f"{n}: {phrase('input-grounded', n, 1.0)}" for n in ratios[ratios.temperature == 1.0].runner) + ".")
-sw, sc, ng = (ratios[(ratios.family == "chat") & (ratios.runner == n)] for n in
-              ("suffix warm", "suffix cold", f"n-gram K={k_ngram}"))
-if len(sw) and len(ng):
-    lines.append(f"- **Where there is nothing to copy (chat)**: the warm suffix drafter {sw.iloc[0]['median']:.2f}× "
-                 f"against the n-gram drafter's {ng.iloc[0]['median']:.2f}× at K = {k_ngram} (medians).")
-lines.append(f"- **Exact**: {n_calls - n_diff} of {n_calls} greedy speculative calls return autoregressive "
-             "decoding's tokens" + (f"; {n_diff} differ (see the identity table)." if n_diff else "."))
-worst = share.max()
-lines.append("- **Draft phase**: at most " + ", ".join(f"{v:.1%} ({c.split(', ')[1]}, {share[c].idxmax()})"
-                                                        for c, v in worst.items()) + " of the decode loop.")
-m_lo, m_hi = mix[mix.share == min(shares)], mix[mix.share == max(shares)]
-for name in [best.runner, "chooser"]:
-    a, b = m_lo[m_lo.runner == name], m_hi[m_hi.runner == name]
-    if len(a) and len(b):
-        lines.append(f"- **Traffic mix, {name}**: {a.iloc[0]['median']:.2f}× at share {min(shares):g}, "
-                     f"{b.iloc[0]['median']:.2f}× at share {max(shares):g}.")
-losing = ratios[(ratios.runner != AR) & (ratios.q75 < 1)]
-lines.append(f"- **Losses**: {len(losing)} (runner, family, temperature) rows with the whole IQR below 1"
-             + (": " + ", ".join(f"{r.runner} ({r.family}, T = {r.temperature:g})" for r in losing.itertuples())
-                if len(losing) else "") + ".")
-lines.append("- **Not run here**: SuffixDecoding's own implementation (ArcticInference) as a peer drafter; its "
-             "package builds CUDA extensions and a vLLM plugin, and the chapter does not install it.")
+# %% tags=["hide-input"]
+c0 = g0[g0.family == "chat"]
+top_c = c0.loc[c0["median"].idxmax()]
+lines = [f"- Input-grounded requests had their highest median with {best.runner}: {said(best)}.",
+         f"- Chat requests had theirs with {top_c.runner}: {said(top_c)}.",
+         "- The per-request rule chose " + "; ".join(f"{r} for {CLASS[c]}" for c, r in rule.items()) + ".",
+         f"- {n_calls - n_diff} of {n_calls} greedy speculative calls returned autoregressive decoding's tokens."]
 lines += [ch.skipped_summary()] if ch.skipped else []
 display(Markdown("\n".join(lines)))
 
