@@ -102,3 +102,11 @@ def test_a_verdict_table_says_its_caveat_once_and_keeps_the_rule():
     assert report.verdict_table(rows[1:])[1] == ""
     mutant = rows[0] | {"ratios": [1.3, 1.4, 1.5, 1.6, 1.7, 1.8]}  # six pairs: now the rule may speak
     assert report.verdict_table([mutant])[0].verdict.iloc[0] == "faster"
+
+
+def test_a_verdict_tables_quartile_that_rounds_to_one_keeps_a_third_decimal():
+    """The table's IQR reads as ratio_phrase's does: 1.001 is not printed as 1.00 beside "faster"."""
+    from specdec_core.study import report
+
+    table, _ = report.verdict_table([dict(finding="a", median=1.02, q25=1.001, q75=1.05, n=8)])
+    assert table.IQR.iloc[0] == "1.001–1.05" and table.verdict.iloc[0] == "faster"

@@ -140,7 +140,7 @@ def verdict_table(rows, min_n: int = MIN_PAIRS):
             row.update(median=med, q25=q25, q75=q75, n=int(r.size))
         med, q25, q75, n = (float(row.pop(k)) for k in ("median", "q25", "q75", "n"))
         word = verdict(med, q25, q75) if int(n) >= int(min_n) and n > 1 else NO_VERDICT
-        iqr = "—" if np.isnan(q25) else f"{q25:.2f}–{q75:.2f}"
+        iqr = "—" if np.isnan(q25) else re.search(r"IQR ([^)]+)\)", ratio_phrase_median(med, q25, q75)).group(1)
         out.append({**row, "median": "—" if np.isnan(med) else f"{med:.2f}×", "IQR": iqr, "n": int(n),
                     "verdict": word})
     table = pd.DataFrame(out)
