@@ -266,3 +266,15 @@ def test_the_committed_reference_renders_without_running_and_names_its_run(tmp_p
     (empty / "notebooks").mkdir(parents=True)
     with pytest.raises(BookError, match="no executed chapters"):
         render_reference(empty, tmp_path / "out2")
+
+
+def test_links_to_chapters_outside_the_run_become_plain_text():
+    """A run of some chapters renders: a link to a chapter it lacks is its text, a link to one it has stays."""
+    from specdec_core.tools.render import unlink_absent
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("See [chapter 2](02_exactness.ipynb) and [chapter 0](00_quickstart.ipynb)."),
+                nbformat.v4.new_code_cell("x = '[a](02_exactness.ipynb)'")]
+    out = unlink_absent(nb, {"00_quickstart"})
+    assert out.cells[0].source == "See chapter 2 and [chapter 0](00_quickstart.ipynb)."
+    assert out.cells[1].source == "x = '[a](02_exactness.ipynb)'"

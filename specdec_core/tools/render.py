@@ -311,6 +311,18 @@ def run_cell(ch: Chapter, params_name: str | None) -> nbformat.NotebookNode:
     return nbformat.v4.new_markdown_cell("\n".join(lines))
 
 
+CHAPTER_LINK = re.compile(r"\[([^\]]+)\]\((\d\d_[\w]+)\.ipynb\)")
+
+
+def unlink_absent(nb: nbformat.NotebookNode, present: set[str]) -> nbformat.NotebookNode:
+    """Links in markdown cells to chapters that are not in this run (a run of some chapters, a pair that leaves one
+    out) become their plain text: a page links only to pages the book has. Links to present chapters stay."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = CHAPTER_LINK.sub(lambda m: m.group(0) if m.group(2) in present else m.group(1), cell.source)
+    return nb
+
+
 def stage_notebook(ch: Chapter, params_name: str | None) -> nbformat.NotebookNode:
     nb = nbformat.from_dict(json.loads(json.dumps(ch.nb)))  # a copy: the run's notebook stays as it is
     i, _ = title_of(nb)
@@ -495,8 +507,9 @@ def _render(run_dir: Path, notebooks, params_name, readme, info, skipped: dict[s
     for d in (src, html, site / "jupyter_execute"):
         shutil.rmtree(d, ignore_errors=True)
     src.mkdir(parents=True)
+    present = {ch.stem for ch in chapters}
     for ch in chapters:
-        nbformat.write(stage_notebook(ch, params_name), src / f"{ch.stem}.ipynb")
+        nbformat.write(unlink_absent(stage_notebook(ch, params_name), present), src / f"{ch.stem}.ipynb")
     index_md = front_page(chapters, run_dir, params_name, src, info or machine(), skipped)
     # the appendix: the pages of book/ beside the README the summaries come from (no README, no appendix)
     appendix = Path(readme).parent / "book" if readme is not None else None
