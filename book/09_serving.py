@@ -415,16 +415,21 @@ def grow(df: pd.DataFrame, col: str) -> float:
 book.show(runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B"),
           f"Tokens per second of the whole call, all rows, per method (rows) and batch size B (columns). "
           f"Median over {report.count(repeats, 'repeat')}.", prefill=True, digits=1)
-fig, ax = plt.subplots(figsize=(7, 4))
 batched = runs[~runs.method.str.startswith("generate")]
-sns.lineplot(data=batched, x="B", y="tokens_per_s", hue="method", estimator="median",
-             errorbar=("pi", 50), marker="o", ax=ax)
-ax.set(xscale="log", xlabel="batch size B", ylabel="tokens/s, all rows",
-       title=f"Autoregressive tokens/s, B = {min(batch_sizes)} to B = {max(batch_sizes)}: "
-             f"×{grow(batched, 'tokens_per_s'):.1f}")
-ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
-ax.xaxis.set_minor_locator(plt.NullLocator())
-ch.savefig(fig, "throughput_vs_batch")
+
+
+def against_b(y: str, ylabel: str, what: str, name: str) -> None:
+    """The median of ``y`` per method against B, with its middle half shaded; the title states its growth."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.lineplot(data=batched, x="B", y=y, hue="method", estimator="median", errorbar=("pi", 50), marker="o", ax=ax)
+    ax.set(xscale="log", xlabel="batch size B", ylabel=ylabel,
+           title=f"Autoregressive {what}, B = {min(batch_sizes)} to B = {max(batch_sizes)}: ×{grow(batched, y):.1f}")
+    ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ch.savefig(fig, name)
+
+
+against_b("tokens_per_s", "tokens/s, all rows", "tokens/s", "throughput_vs_batch")
 
 # %% [markdown]
 # Up to three ratios decide whether batching works here at all:
@@ -537,15 +542,7 @@ display(why_table)
 # a row's last token was known.
 
 # %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 4))
-sns.lineplot(data=batched, x="B", y="latency_s", hue="method", estimator="median", errorbar=("pi", 50),
-             marker="o", ax=ax)
-ax.set(xscale="log", xlabel="batch size B", ylabel="seconds to the last token (median row)",
-       title=f"Autoregressive time to the last token, B = {min(batch_sizes)} to B = {max(batch_sizes)}: "
-             f"×{grow(batched, 'latency_s'):.1f}")
-ax.set_xticks(batch_sizes, [str(b) for b in batch_sizes])
-ax.xaxis.set_minor_locator(plt.NullLocator())
-ch.savefig(fig, "latency_vs_batch")
+against_b("latency_s", "seconds to the last token (median row)", "time to the last token", "latency_vs_batch")
 book.show(batched.groupby(["method", "B"]).latency_s.median().unstack("B"),
           "Seconds from the call's start to a row's last token, per method (rows) and batch size B (columns). "
           "Median row and repeat.", prefill=True, digits=2)
