@@ -42,7 +42,7 @@ scale_repeats = 3
 knee_tolerance = 2.0      # a knee prediction "holds" if within this factor of the measured knee
 one_pass = 1.25           # "about one pass": a T-token pass costs at most this many one-token passes (the verdict)
 small_t = 8               # the verdict covers T from 2 up to this: the handful of tokens a verify pass checks
-floor_share = 0.8         # bare matmuls faster than this share of the copy-bandwidth time mean a timing under load
+floor_share = 0.5         # bare matmuls faster than this share of the copy-bandwidth time mean a timing under load
 profiler_factor = 2.0     # the profiler's matmul time and the bare matmuls agree within this factor
 erosion = 0.05            # the plateau eroded if t(2)/t(1) at the longest context exceeds the shortest's by this share
 loose_rise = 2.0          # a GPU knee is loosely determined where t(T_max)/t(1) rose less than this
@@ -665,11 +665,13 @@ else:  # flat through the largest T measured: the knee lies beyond it, and a pre
 # 6. The **profiler**: per-operator self time of a real one-token pass. It cannot see inside the CPU kernel, so the
 #    linear layers are marked as one range (`profiling.profile_ops(..., modules=...)`).
 #
-# The bar splits t(1) into three parts that sum to it. First the floor. Then the matmuls' own work (item 1 less
-# item 5) above their weights' share of the floor. Last, the rest: the framework's dispatch and the other operators,
-# above their own share of the floor. The chapter asserts that no part is negative. The twin (item 4) then says how
-# much of the rest is dispatch alone. What remains, the other operators at full size, is small. Its spread over the
-# timing rounds is printed beside it, since it can be too small to tell from zero.
+# The bar splits t(1) into two parts that sum to it: the matmuls' own work (item 1 less item 5), and the rest. The
+# rest is the framework's dispatch and the other operators. The chapter asserts that neither part is negative. The
+# twin (item 4) then says how much of the rest is dispatch alone. What remains, the other operators at full size, is
+# small. Its spread over the timing rounds is printed beside it, since it can be too small to tell from zero.
+#
+# The floor is drawn as a line, not as a part of the bar. It is a guide, not a bound: a copy also writes, and on
+# some CPUs a stream that only reads (as a matmul reads its weights) runs faster than a copy.
 
 # %% tags=["hide-input"]
 weights_T = [w.t().contiguous() for w in weights]  # a second copy, laid out [in, out]
@@ -726,9 +728,8 @@ w_bytes = sum(w.numel() for w in weights) * b
 w_floor = w_bytes / BW  # the matmuls' share of the floor: their weights at the copy bandwidth
 t_work = t_mm - t_call  # the matmuls' own work: calling the modules is in the twin's pass
 gap = pd.DataFrame([
-    ("weight-streaming floor B(1)/BW", floor),
-    ("matmul kernels above their weights' floor", t_work - w_floor),
-    ("dispatch and the other ops, above their floor", t1 - t_work - (floor - w_floor)),
+    ("the matmuls' own work", t_work),
+    ("dispatch and the other operators", t1 - t_work),
 ], columns=["part", "seconds"])
 gap["ms"] = 1e3 * gap.seconds
 gap["share"] = gap.seconds / t1
@@ -750,14 +751,14 @@ print(f"Calling the linear layers alone (the twin's) costs {1e3 * t_call:.2f} ms
 # the third part split with the dispatch twin: what is left for the other operators at full size, round by round
 by_round = g_samples.pivot(index="repeat", columns="name", values="seconds")
 work_by_round = by_round["bare matmuls, the pass's path"] - by_round["dispatch twin, its linears alone"]
-full_ops = 1e3 * (by_round["t(1)"] - work_by_round - by_round["dispatch twin t(1)"] - (floor - w_floor))
+full_ops = 1e3 * (by_round["t(1)"] - work_by_round - by_round["dispatch twin t(1)"])
 rest_split = pd.DataFrame([
     dict(part="framework dispatch (tiny twin)", ms=1e3 * t_twin,
          q25_ms=1e3 * g.loc["dispatch twin t(1)", "q25"], q75_ms=1e3 * g.loc["dispatch twin t(1)", "q75"]),
-    dict(part="other ops at full size, above their floor", ms=full_ops.median(),
+    dict(part="other operators at full size", ms=full_ops.median(),
          q25_ms=full_ops.quantile(0.25), q75_ms=full_ops.quantile(0.75))])
 ch.save(rest_split, "gap_t1_rest")
-print(f"Of the third part's {gap.ms.iloc[2]:.1f} ms, the dispatch twin's whole pass takes {1e3 * t_twin:.1f} ms.")
+print(f"Of the rest's {gap.ms.iloc[1]:.1f} ms, the dispatch twin's whole pass takes {1e3 * t_twin:.1f} ms.")
 print(f"The other operators at full size add {full_ops.median():.1f} ms a round "
       f"(IQR {full_ops.quantile(0.25):.1f} to {full_ops.quantile(0.75):.1f} over {len(full_ops)} rounds)"
       + (": not resolved from zero." if full_ops.quantile(0.25) <= 0 <= full_ops.quantile(0.75) else "."))
@@ -772,9 +773,9 @@ left = 0.0
 for (part, ms), col in zip(gap[["part", "ms"]].itertuples(index=False), palette):
     axes[0].barh(["t(1)"], [ms], left=left, color=col, label=f"{part}: {ms:.1f} ms")
     left += ms
-axes[0].set(xlabel="ms", xlim=(0, 1.05 * 1e3 * t1))
-axes[0].set_title(f"t(1) = {1e3 * t1:.1f} ms is {1e3 * t1 / (1e3 * floor):.1f}× its floor: where the rest goes",
-                  fontsize=10)
+axes[0].axvline(1e3 * floor, color="crimson", ls="--", label=f"weight-streaming floor B(1)/BW: {1e3 * floor:.1f} ms")
+axes[0].set(xlabel="ms", xlim=(0, 1.05 * 1e3 * max(t1, floor)))
+axes[0].set_title(f"t(1) = {1e3 * t1:.1f} ms is {t1 / floor:.1f}× its floor: where it goes", fontsize=10)
 axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2))
 top = prof.head(10).assign(ms=lambda d: 1e3 * d.self_s, op=lambda d: d.op.str.removeprefix("aten::").str.lstrip("_").str.slice(0, 24))
 sns.barplot(data=top, y="op", x="ms", ax=axes[1], color=palette[0])
@@ -815,8 +816,10 @@ shape_t[["name", "shape", "MB", "median", "gbps", "of_copy_bw"]].round(3)
 # process shares the cores during one of the measurements (the reader's remedy: run the chapter alone)
 floor_ratio = t_work / w_floor
 print(f"The matmuls' work at M = 1 takes {floor_ratio:.2f}× the time the copy bandwidth allows for their weights.")
-print("Consistent: a matmul cannot stream its weights faster than a copy." if floor_ratio > floor_share else
-      "INCONSISTENT, faster than a copy: the bandwidth or the matmuls were timed under load; rerun alone.")
+print("A matmul streams its weights no faster than a copy here." if floor_ratio >= 1 else
+      "The matmuls read their weights faster than a copy moves them: a copy also writes, so a read-only stream "
+      "can beat it." if floor_ratio > floor_share else
+      "INCONSISTENT, far faster than a copy: the bandwidth or the matmuls were timed under load; rerun alone.")
 if dev.type == "cpu":  # on CUDA the profiler reports kernel time, the bare matmuls wall time (launches)
     agree = 1 / profiler_factor < prof_mm / t_mm < profiler_factor  # a consistency check, not a verdict
     print(f"The profiler's time in the linear layers is {1e3 * prof_mm:.1f} ms; "
