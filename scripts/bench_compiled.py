@@ -96,7 +96,9 @@ def main():
     for base in ("hf generate", "ours"):
         r = bench.paired_ratios(df, baseline=base)
         for row in r.itertuples():
-            print(f"{row.runner} / {base}: " + report.ratio_phrase_median(row.median, row.q25, row.q75, int(row.n)))
+            print(f"{row.runner} / {base}: " + report.ratio_phrase_median(row.median, row.q25, row.q75, int(row.n),
+                                                                          p=row.p_holm, power=row.power,
+                                                                          n_tell=row.n_tell))
     ref = outputs["ours"]
     for name, got in outputs.items():
         same = np.mean([got[k] == ref[k] for k in ref])

@@ -127,7 +127,7 @@ def test_every_code_cell_ran_and_no_section_skipped(path):
 
 
 # -- one story: the banner, the verdict rule, the prefill in every speed table's caption ------------------
-RATIO = re.compile(r"\(IQR [^()]*?, (\d+) pairs\): (\w+)")   # report.ratio_phrase's ": verdict" after the sample size
+RATIO = re.compile(r"\(IQR [^()]*?, (\d+) (?:pairs|prompts|requests)\): (\w+)")   # report.ratio_phrase's ": verdict" after the sample size
 SENTENCE = re.compile(r";\s*|(?<=\.)\s+(?=[A-Z*(-])|\n|\|")       # clauses (';'), sentences, lines, table cells
 # a displayed table whose columns are decode speeds: its caption (book.show) must say whether the prefill is counted
 SPEED_HEADER = re.compile(r"<th[^>]*>[^<]*(speedup|tokens_per_s|tok/s|tokens/s|median ratio)[^<]*</th>", re.I)
@@ -142,13 +142,13 @@ def _cells(path: Path):
 
 
 def verdict_rule_breaches(texts) -> list[str]:
-    """Sentences that print a verdict word beside "unresolved at this size", and ratio phrases of fewer than
-    ``report.MIN_PAIRS`` pairs that print a verdict at all."""
+    """Sentences that print a verdict word beside "cannot tell at this size", and ratio phrases of fewer than
+    ``report.MIN_PAIRS`` prompts that print a verdict at all (no outcome of so few can pass the test)."""
     found = []
     for text in texts:
         for m in RATIO.finditer(text):
-            if int(m.group(1)) < report.MIN_PAIRS and m.group(2) != "unresolved":
-                found.append(f"{m.group(0)!r}: a verdict for {m.group(1)} pairs")
+            if int(m.group(1)) < report.MIN_PAIRS and m.group(2) not in ("cannot", "unresolved"):
+                found.append(f"{m.group(0)!r}: a verdict for {m.group(1)} prompts")
         for sentence in SENTENCE.split(text):
             if report.UNRESOLVED in sentence and (w := report.VERDICT_WORDS.search(sentence)):
                 found.append(f"{w.group(0)!r} beside {report.UNRESOLVED!r}: {sentence.strip()[:160]!r}")
@@ -232,12 +232,13 @@ def test_the_story_checks_catch_what_they_must():
     """The three checks above, each shown failing on a planted breach and passing on its repair."""
     import nbformat
 
-    bad = ["linear: 1.50× (IQR 1.30–1.70, 3 pairs): faster.",
-           "- tree: 1.20× (IQR 1.10–1.30, 2 pairs): unresolved at this size (n = 2, fewer than 6), so the tree wins.",
-           "theory and measurement AGREE: unresolved at this size (n = 3, fewer than 6)"]
+    bad = ["linear: 1.50× (IQR 1.30–1.70, 3 prompts): faster.",
+           "- tree: 1.20× (IQR 1.10–1.30, 2 prompts): cannot tell at this size (n = 2, fewer than 6), so the tree wins.",
+           "theory and measurement AGREE: cannot tell at this size (n = 3, fewer than 6)"]
     assert [len(verdict_rule_breaches([b])) for b in bad] == [1, 1, 1]
-    good = [report.ratio_phrase_median(1.5, 1.3, 1.7, n=3) + "; the n-gram draft pays nothing on this task.",
-            report.ratio_phrase_median(1.5, 1.3, 1.7, n=12), "- **Theory**: " + report.judged("agree", 3) + "."]
+    good = [report.ratio_phrase([1.3, 1.5, 1.7]) + "; the n-gram draft pays nothing on this task.",
+            report.ratio_phrase_median(1.5, 1.3, 1.7, n=12, p=0.001, power=0.9),
+            "- **Theory**: " + report.judged("agree", 3) + "."]
     assert verdict_rule_breaches(good) == []
     table = nbformat.v4.new_output("display_data", data={"text/html": "<table><tr><th>speedup</th></tr></table>",
                                                          "text/plain": "table"})

@@ -45,7 +45,8 @@ def test_pages_rendered_listed_and_after_the_last_chapter(book):
 def test_notation_page_defines_the_books_terms(book):
     text = " ".join(" ".join(Page(book / "notation.html").text).split())
     for term in ("accepted ÷ (accepted + rejections)", "accepted ÷ drafted", "num_draft_tokens", "MIN_PAIRS",
-                 "unresolved at this size", "Times include the prefill", "record.acceptance_rate", "pass_costs"):
+                 "cannot tell at this size", "Wilcoxon signed-rank", "Holm", "Times include the prefill",
+                 "record.acceptance_rate", "pass_costs"):
         assert term in text, term
 
 

@@ -27,6 +27,7 @@ from ..record import PHASES, Timer, acceptance_rate
 from ..sampling import SamplingParams
 from ..serving.metrics import per_token_gaps
 from ..tree import Dynamic
+from . import protocol
 from .profiling import at_context, pass_fn, progress_bar as tqdm, summarize, time_interleaved
 from .theory import speedup
 
@@ -225,15 +226,24 @@ def pooled_alpha(df: pd.DataFrame, by="runner") -> pd.Series:
 
 
 def paired_ratios(df: pd.DataFrame, baseline: str, by: list[str] | None = None) -> pd.DataFrame:
-    """tokens/s of each runner ÷ the baseline's on the same prompt and repeat; median, IQR, n per group."""
+    """tokens/s of each runner ÷ the baseline's on the same prompt and repeat, summarised per group over distinct
+    prompts (:mod:`~specdec_core.study.protocol`): each prompt's repeats collapse to their median first, so ``n``
+    counts prompts, not calls. Per group: ``median``, ``q25``, ``q75``, ``n``, the exact Wilcoxon ``p``, ``sigma``
+    (the spread of the prompts' log ratios), ``p_holm``
+    (Holm-adjusted over the groups of this call: one table's family), ``power`` against a 10 % change and
+    ``n_tell``, the prompts that would tell."""
     key = ["id", "repeat"]
     base = df[df.runner == baseline].set_index(key)["tokens_per_s"]
     d = df[df.runner != baseline].copy()
     d["ratio"] = d.tokens_per_s.values / base.loc[list(zip(d["id"], d["repeat"]))].values
     groups = ["runner"] + (by or [])
-    q = d.groupby(groups)["ratio"]
-    return pd.DataFrame({"median": q.median(), "q25": q.quantile(0.25), "q75": q.quantile(0.75),
-                         "n": q.size()}).reset_index()
+    family = d.groupby(groups).ngroups
+    rows = [{**dict(zip(groups, k if isinstance(k, tuple) else (k,))),
+             **protocol.summarise(g.ratio, units=g["id"], family=family)}
+            for k, g in d.groupby(groups)]
+    out = pd.DataFrame(rows, columns=groups + ["median", "q25", "q75", "n", "p", "sigma", "power", "n_tell"])
+    out.insert(out.columns.get_loc("p") + 1, "p_holm", protocol.holm(out.p))
+    return out
 
 
 def per_token_latency(token_times: list[float]) -> np.ndarray:

@@ -262,7 +262,7 @@ def curve_table(runs: pd.DataFrame, c: dict[str, float], verify_ratio: dict[int,
         acc, tests = int(calls.accepted.sum()), int(calls.accepted.sum() + calls.rejections.sum())
         lo, hi = binomial_interval(acc, tests, level) if tests else (float("nan"), float("nan"))
         rows.append(dict(cost=r.cost, K=r.K, alpha=r.alpha, median=r.median, q25=r.q25, q75=r.q75, n=r.n,
-                         alpha_hat=float(alpha_hat[r.runner]), tests=tests, alpha_lo=lo, alpha_hi=hi,
+                         p=r.p, sigma=r.sigma, power=r.power, n_tell=r.n_tell, alpha_hat=float(alpha_hat[r.runner]), tests=tests, alpha_lo=lo, alpha_hi=hi,
                          alpha_level=level, nominal_inside=bool(lo <= r.alpha <= hi),
                          decode_measured=th["measured_median"],
                          predicted=th["predicted_median"], rel_error=(th["measured_median"] - th["predicted_median"])

@@ -1,21 +1,22 @@
-"""Saying a comparison the same way everywhere: a ratio, its spread, and the verdict the spread allows.
+"""Saying a comparison the same way everywhere: a ratio, its spread, and the verdict its test allows.
 
-    report.ratio_phrase(paired_ratios)            # '1.21× (IQR 1.05–1.31, 12 pairs): faster'
-    report.verdict(median, q25, q75)              # 'faster' | 'slower' | 'ties'
-    report.rivals(table, chosen)                  # rows whose IQR reaches the chosen row's: a choice not resolved
+    report.ratio_phrase(ratios, units=prompt_ids)   # '1.21× (IQR 1.05–1.31, 12 prompts): faster'
+    report.verdict_of(row)                          # 'faster' | 'slower' | 'ties' | 'cannot tell at this size (…)'
+    report.rivals(table, chosen)                    # rows whose IQR reaches the chosen row's: a choice not resolved
 
-The verdict reads the interquartile range, not the median alone: a ratio whose IQR straddles 1 *ties*, and a
-single pair (no spread at all) gets no verdict.
+**The verdict rule** (one place for the whole book, :mod:`~specdec_core.study.protocol`): the IQR shows the
+spread; the verdict comes from a test. "faster" or "slower" is said only where the exact Wilcoxon signed-rank
+test over distinct prompts rejects "no change" at a 5 % false-positive rate, Holm-adjusted over the table's rows.
+"ties" is said only where the test had at least even odds of seeing a 10 % change, and saw none. Anything else
+reads "cannot tell at this size", with the number of prompts that would tell. The CI book, run on a handful of
+prompts, therefore exercises every finding's code without claiming any of them; ``tests/test_book_outputs.py``
+checks that no verdict word sits beside "cannot tell".
 
-**The verdict rule** (one place for the whole book): a verdict word ("faster", "slower", "ties", "agree", ...)
-is printed only for a sample of at least ``MIN_PAIRS`` pairs (prompts, calls); a smaller sample prints
-``"unresolved at this size (n = 3, fewer than 6)"`` instead, whatever its interval says. :func:`judged` applies
-the same rule to any other verdict (theory against measurement, a winner by task). The CI book, run on a
-handful of prompts, therefore exercises every finding's code without claiming any of them;
-``tests/test_book_outputs.py`` checks that no verdict word sits beside "unresolved".
+:func:`judged` gates verdicts that are not a paired test (theory against measurement, a winner by task) by the
+sample's size alone: at least ``MIN_PAIRS`` distinct prompts.
 
-    report.judged("agree", n=3)                   # 'unresolved at this size (n = 3, fewer than 6)'
-    report.verdict_table(rows)                    # findings as a table: one "—" per unresolved row, one footnote
+    report.judged("agree", n=3)                   # 'cannot tell at this size (n = 3, fewer than 6)'
+    report.verdict_table(rows)                    # findings as a table, the test and its caveats in one footnote
     report.caption("Speedup over autoregressive decoding.", prefill=True)   # + ' Times include the prefill.'
 
 Chapters render their findings from these strings, so the words always match the numbers beside them.
@@ -26,8 +27,10 @@ import re
 
 import numpy as np
 
-MIN_PAIRS = 6  # the smallest sample whose interval a verdict word may read (the full book has 6–12 prompts)
-UNRESOLVED = "unresolved at this size"
+from . import protocol
+
+MIN_PAIRS = 6  # the smallest sample of distinct prompts a verdict that is not a test may read (:func:`judged`)
+UNRESOLVED = protocol.CANNOT_TELL  # "cannot tell at this size"
 # words that state a finding: none of them may share a sentence with UNRESOLVED (tests/test_book_outputs.py)
 VERDICT_WORDS = re.compile(r"\b(faster|slower|ties|agrees?|disagrees?|AGREE|DISAGREE|wins?|loses|pays|beats?)\b")
 PREFILL_COUNTED = "Times include the prefill (the prompt's pass)."
@@ -50,29 +53,34 @@ def caption(text: str, prefill: bool) -> str:
     return f"{text.rstrip()} {PREFILL_COUNTED if prefill else PREFILL_EXCLUDED}"
 
 
-def verdict(median: float, q25: float, q75: float, better: str = "faster", worse: str = "slower") -> str:
-    """``better`` if the whole IQR lies above 1, ``worse`` if below, else ``"ties"`` (NaN: ``"not measured"``)."""
-    if any(np.isnan(x) for x in (median, q25, q75)):
-        return "not measured"
-    return better if q25 > 1 else worse if q75 < 1 else "ties"
+def verdict_of(row, better: str = "faster", worse: str = "slower") -> str:
+    """The verdict of one summarised comparison (a row of :func:`~specdec_core.study.bench.paired_ratios`, or any
+    mapping with ``median``, ``p`` or ``p_holm``, ``power``, ``n_tell``): :func:`protocol.decide` on its
+    Holm-adjusted p-value where it has one. A row without a test, or of one prompt, has no verdict (``""``)."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+    p = get("p_holm", None)
+    p = get("p", None) if p is None or p != p else p
+    if p is None or p != p or int(get("n", 0) or 0) < 2:
+        return ""
+    return protocol.decide(float(get("median")), float(p), float(get("power", 0.0)), get("n_tell", None),
+                           better=better, worse=worse)
 
 
-def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, min_n: int = MIN_PAIRS,
-                        **words) -> str:
-    """``'1.21× (IQR 1.05–1.31, 12 pairs): faster'`` from a median and quartiles; a sample of fewer than ``min_n``
-    pairs (the verdict rule, :data:`MIN_PAIRS`) gets no verdict word: ``'unresolved at this size (n = 3, fewer
-    than 6)'``. Without ``n`` (a ratio that is not a sample of pairs) the interval alone decides."""
-    if n == 1:  # one pair has no spread: no IQR, no verdict
-        return f"{median:.2f}× (one pair, no verdict)"
-    pairs = f", {n} pairs" if n is not None else ""
-    said = verdict(median, q25, q75, **words)
-    if n is not None and n < min_n:
-        said = unresolved(n, min_n)
+def ratio_phrase_median(median: float, q25: float, q75: float, n: int | None = None, p: float | None = None,
+                        power: float = 0.0, n_tell: int | None = None, unit: str = "prompt", **words) -> str:
+    """``'1.21× (IQR 1.05–1.31, 12 prompts): faster'``: a median and quartiles over ``n`` distinct units, with the
+    verdict of its (Holm-adjusted) test ``p`` at ``power`` (:func:`protocol.decide`). Without ``p`` the phrase
+    states the ratio and spread and no verdict; one unit has no spread and no verdict."""
+    if n == 1:
+        return f"{median:.2f}× (one {unit}, no verdict)"
+    units = f", {count(n, unit)}" if n is not None else ""
     narrow = f"{q25:.2f}" == f"{q75:.2f}" and q25 != q75  # a spread that two decimals would hide
 
-    def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal: the verdict reads it exactly
+    def q(x):  # a quartile that rounds to 1.00 but is not 1 gets a third decimal
         return f"{x:.3f}" if narrow or (x != 1 and f"{x:.2f}" == "1.00") else f"{x:.2f}"
-    return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{pairs}): {said}"
+    said = verdict_of(dict(median=median, p=p, power=power, n_tell=n_tell, n=n or 0), **words) \
+        if p is not None else ""
+    return f"{median:.2f}× (IQR {q(q25)}–{q(q75)}{units})" + (f": {said}" if said else "")
 
 
 def count(n: int, noun: str, hi: int | None = None) -> str:
@@ -86,13 +94,17 @@ def overlap(a, b) -> bool:
     return a.q25 <= b.q75 and b.q25 <= a.q75
 
 
-def ratio_phrase(ratios, **words) -> str:
-    """:func:`ratio_phrase_median` of a sample of paired ratios."""
+def ratio_phrase(ratios, units=None, family: int = 1, **words) -> str:
+    """:func:`ratio_phrase_median` of a sample of paired ratios, summarised over distinct ``units`` (each unit's
+    repeats collapse to their median) and tested (:func:`protocol.summarise`); ``family``: the comparisons this
+    one is judged with (its p-value is Holm-adjusted as the strictest member of such a family would be)."""
     r = np.asarray(list(ratios), dtype=float)
     if r.size == 0:
         return "not measured"
-    q25, med, q75 = np.percentile(r, [25, 50, 75])
-    return ratio_phrase_median(float(med), float(q25), float(q75), n=int(r.size), **words)
+    s = protocol.summarise(r, units, family=family)
+    p = float(np.minimum(1.0, s["p"] * family))  # Holm's first step: the strictest a family member faces
+    return ratio_phrase_median(s["median"], s["q25"], s["q75"], n=s["n"], p=p, power=s["power"],
+                               n_tell=s["n_tell"], **words)
 
 
 def rivals(table, chosen) -> list:
@@ -115,36 +127,74 @@ def shown(table, digits: int = 3, blank: str = "—"):
     return table.apply(col).where(table.notna(), blank)
 
 
-NO_VERDICT = "—"  # a verdict cell of a table whose sample is below the rule's size: the footnote says why, once
+NO_VERDICT = "—"  # a verdict cell without a test (one unit, or a summary with no p-value)
 
 
-def verdict_table(rows, min_n: int = MIN_PAIRS):
-    """Findings as a small table, and the footnote that goes under it (``""`` when none is needed).
+def verdict_table(rows, unit: str = "prompts"):
+    """Findings as a small table, and the footnote that goes under it.
 
-    ``rows``: ``{"finding": ..., "ratios": paired ratios}`` or ``{"finding": ..., "median", "q25", "q75", "n"}``
-    dicts, extra keys kept as columns. Each row gets ``median``, ``IQR``, ``n`` and ``verdict``; a row with fewer
-    than ``min_n`` pairs gets :data:`NO_VERDICT`, and the footnote says once, for the whole table, that such rows
-    are unresolved at this size: the caveat is a column and a footnote, not a phrase in every sentence.
+    ``rows``: ``{"finding": ..., "ratios": paired ratios, "units": their prompt ids (optional)}`` or rows of
+    :func:`~specdec_core.study.bench.paired_ratios` as dicts (``median``, ``q25``, ``q75``, ``n`` and
+    :func:`test_of`'s ``p``, ``sigma``, ``power``, ``n_tell``); extra keys are kept as columns. Each row gets
+    ``median``, ``IQR``, ``n`` (distinct ``unit``) and ``verdict``.
 
-        table, note = report.verdict_table([{"finding": "linear vs AR", "ratios": r1}, ...])
+    The table is one family: p-values are Holm-adjusted over its rows, and each row's power is taken at the
+    strictest level a member of the family faces. A row with ``selected_from=m`` was picked as the best of ``m``
+    candidates on the prompts it is judged on: its p-value is multiplied by ``m`` first (Bonferroni), and the
+    footnote says so. A row the test cannot resolve reads "cannot tell (≈ N)", N the units that would tell. The
+    footnote names the test and its false-positive rate, once.
+
+        table, note = report.verdict_table([{"finding": "linear vs AR", "ratios": r1, "units": ids}, ...])
         book.show(table.set_index("finding"), "Speedup over autoregressive decoding." + note, prefill=True)
     """
     import pandas as pd
 
-    out = []
+    rows = [dict(r) for r in rows]
     for row in rows:
-        row = dict(row)
         if "ratios" in row:
-            r = np.asarray(list(row.pop("ratios")), dtype=float)
-            q25, med, q75 = np.percentile(r, [25, 50, 75]) if r.size else (np.nan,) * 3
-            row.update(median=med, q25=q25, q75=q75, n=int(r.size))
+            row.update(protocol.summarise(row.pop("ratios"), row.pop("units", None), family=len(rows)))
+    picked = [int(row.pop("selected_from", 1) or 1) for row in rows]
+    ps = [float(np.minimum(1.0, float(r.get("p", np.nan)) * m)) for r, m in zip(rows, picked)]  # NaN stays NaN
+    adjusted = protocol.holm(ps) if rows else []
+    family = max(1, int(np.sum(~np.isnan(ps))))
+    out = []
+    for row, p_adj, m in zip(rows, adjusted, picked):
         med, q25, q75, n = (float(row.pop(k)) for k in ("median", "q25", "q75", "n"))
-        word = verdict(med, q25, q75) if int(n) >= int(min_n) and n > 1 else NO_VERDICT
-        iqr = "—" if np.isnan(q25) else re.search(r"IQR ([^)]+)\)", ratio_phrase_median(med, q25, q75)).group(1)
+        test = {k: row.pop(k, None) for k in ("p", "p_holm", "sigma", "power", "n_tell")}
+        if test["sigma"] is not None and n >= 1:  # power at the strictest level a member of this family faces
+            level = protocol.ALPHA / family / m
+            test["power"] = protocol.power(int(n), float(test["sigma"]), alpha=level)
+            test["n_tell"] = protocol.n_to_tell(float(test["sigma"]), alpha=level)
+        word = NO_VERDICT
+        if n > 1 and p_adj == p_adj and not np.isnan(med):
+            word = protocol.decide(med, float(p_adj), float(test["power"] or 0.0))
+            if word == protocol.CANNOT_TELL:
+                word = f"cannot tell (≈ {int(test['n_tell'])})" if test["n_tell"] else "cannot tell"
+        iqr = "—" if np.isnan(q25) else re.search(r"IQR ([^,)]+)", ratio_phrase_median(med, q25, q75)).group(1)
         out.append({**row, "median": "—" if np.isnan(med) else f"{med:.2f}×", "IQR": iqr, "n": int(n),
                     "verdict": word})
     table = pd.DataFrame(out)
-    small = [r["n"] for r in out if r["verdict"] == NO_VERDICT]
-    note = (f" A {NO_VERDICT} in the verdict column means {UNRESOLVED}: fewer than {min_n} pairs (the verdict "
-            "rule, notation.md)." if small else "")
+    words = [r["verdict"] for r in out]
+    note = ""
+    if any(w != NO_VERDICT for w in words):
+        note += (f" Verdicts: the {protocol.TEST_NAME.replace('prompts', unit)}, at a {protocol.ALPHA:.0%} "
+                 f"false-positive rate over the table's rows (Holm).")
+    if any(m > 1 for m in picked):
+        note += (" A row picked as the best of several on these same prompts has its test multiplied by their "
+                 "number (Bonferroni).")
+    if any(w.startswith("cannot tell") for w in words):
+        note += (f" Where a row cannot tell, the test had less than even odds of seeing a {protocol.EFFECT - 1:.0%} "
+                 f"change at this size. About N {unit} would tell (≈ N).")
+    if NO_VERDICT in words:
+        note += f" A {NO_VERDICT} means no test: one {unit.rstrip('s')}, or no paired sample."
     return table, note
+
+
+TEST_COLUMNS = ("p", "sigma", "power", "n_tell")  # not p_holm: a verdict table adjusts over its own rows
+
+
+def test_of(row) -> dict:
+    """The test's columns of a summarised row (:func:`~specdec_core.study.bench.paired_ratios`), to pass on to
+    :func:`verdict_table`: ``{**report.test_of(r), "finding": ..., "median": r["median"], ...}``."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+    return {k: get(k, None) for k in TEST_COLUMNS if get(k, None) is not None}

@@ -47,7 +47,8 @@ def banner(params_name: str | None):
     code and claim nothing. The verdict rule itself is stated once, in ``notation.md``."""
     from IPython.display import Markdown
 
-    rule = f"verdicts need {report.MIN_PAIRS} or more prompts ([the verdict rule](notation.md))"
+    rule = ("verdicts come from a paired test over distinct prompts, 5 % false positives a table "
+            "([the verdict rule](notation.md))")
     if params_name is None:
         text = f"**{BANNER} none** (the parameters cell's defaults): {rule}."
     elif params_name == "ci":

@@ -35,7 +35,7 @@ from ..models import shipped
 from ..models.hub import load_pair
 from ..paths import REFERENCE_DIR
 from ..record import acceptance_rate
-from ..study import bench, blas, report, theory
+from ..study import bench, blas, protocol, report, theory
 
 REF = REFERENCE_DIR
 
@@ -120,6 +120,15 @@ def feature_draft_lines() -> list[str]:
 
 SPEED_WORDS = {"faster": "is faster than", "slower": "is slower than", "ties": "ties with",
                "not measured": "was not timed against"}
+
+
+def speed_words(s: dict) -> str:
+    """The verdict on a speed summary (``median`` and the test's ``p``, ``power``, ``n_tell`` over ``prompts``) as
+    words before "autoregressive decoding"; a summary without a test (an older report) says so."""
+    word = report.verdict_of(dict(s, n=s.get("prompts", s.get("n", 0))))
+    if not word:
+        return "was compared, without a test, with"
+    return SPEED_WORDS.get(word, "cannot be told apart, at this size, from")
 
 
 def data_line(rec: dict, tr: dict) -> str:
@@ -211,7 +220,7 @@ def card_text(summary: dict, folder: Path = shipped.MODEL_DRAFT) -> str:
         + (": it generalises poorly to task types the templates cover thinly (retrieval contexts, translation). "
            "Broader training prompts are the first lever." if rec.get("teacher", "first") == "first" else
            f" (lowest: {min(a['greedy'], key=a['greedy'].get)} {min(a['greedy'].values()):.2f})."),
-        f"- At α = {a['greedy_all']:.2f}, linear SD {SPEED_WORDS[report.verdict(**{k: summary['speed']['all'][k] for k in ('median', 'q25', 'q75')})]} "
+        f"- At α = {a['greedy_all']:.2f}, linear SD {speed_words(summary['speed']['all'])} "
         f"autoregressive decoding on a 2-core CPU. A step costs K·c + v = {step_cost:.2f} target passes (K draft "
         f"passes and one verification pass over K + 1 tokens, v = {c['verify_ratio']:.2f} one-token passes with "
         f"MKL path `{c.get('blas', 'MKL default')}`, see chapter 1, Going deeper D) and must yield more than that many tokens to "
@@ -339,7 +348,9 @@ def speed(pair, drafter, encoded, k: int, n: int, repeats: int, log=_quiet):
     lin["equal"] = [t == ar_tokens[(i, rep)] for i, rep, t in zip(lin["id"], lin["repeat"], lin["tokens"])]
     base = ar.set_index(["id", "repeat"]).tokens_per_s
     lin["speedup"] = lin.tokens_per_s.values / base.loc[list(zip(lin["id"], lin["repeat"]))].values
-    sp = dict(per_task={t: spread(g.speedup) for t, g in lin.groupby("task", sort=False)}, all=spread(lin.speedup),
+    test = protocol.summarise(lin.speedup, units=lin["id"])  # over distinct prompts: the verdict's sample
+    sp = dict(per_task={t: spread(g.speedup) for t, g in lin.groupby("task", sort=False)},
+              all=spread(lin.speedup) | {k: test[k] for k in ("p", "power", "n_tell")} | {"prompts": test["n"]},
               ar_tokens_per_s=float(ar.tokens_per_s.median()), sd_tokens_per_s=float(lin.tokens_per_s.median()),
               equal=int(lin.equal.sum()), n=len(lin))
     for t, s in [*sp["per_task"].items(), ("all", sp["all"])]:
