@@ -354,11 +354,12 @@ display(Markdown(
     "decoding."))
 speed_table, speed_note = report.verdict_table(
     [{"runner": r, "against": b_, "median": t_["median"][r], "q25": t_.q25[r], "q75": t_.q75[r], "n": t_.n[r],
-      "τ ratio": f"{t_.tau_ratio[r]:.2f}×"} for b_, t_ in ((AR, tps_ar), (base, tps)) for r in t_.index])
+      **report.test_of(t_.loc[r]), "τ ratio": f"{t_.tau_ratio[r]:.2f}×"} for b_, t_ in ((AR, tps_ar), (base, tps))
+     for r in t_.index])
 speed_table = speed_table[["against", "runner", "median", "IQR", "n", "verdict", "τ ratio"]]
 book.show(speed_table.set_index(["against", "runner"]),
           f"Paired tokens/s ratios over {len(encoded)} eval prompts × {report.count(repeats, 'repeat')}: median, IQR "
-          "and n paired calls. The τ ratio is the runner's tokens per target pass over the baseline's."
+          "and n prompts (each prompt's repeats taken together). The τ ratio is the runner's tokens per target pass over the baseline's."
           + speed_note, prefill=True, digits=None)
 
 # %% [markdown]
@@ -549,7 +550,7 @@ print(accept_line)
 for b_, t_ in ((AR, tps_ar), (base, tps)):
     for r in t_.index:
         print(f"{r} / {b_}: tau {t_.tau_ratio[r]:.3f}×, tokens/s median {t_['median'][r]:.3f}× "
-              f"(IQR {t_.q25[r]:.3f}–{t_.q75[r]:.3f}, {int(t_.n[r])} paired calls)")
+              f"(IQR {t_.q25[r]:.3f}–{t_.q75[r]:.3f}, {int(t_.n[r])} prompts)")
 # a tree that contains the depth-k chain accepts at least as much at every position of the text
 assert all(a >= b for r in ranks.values() for a, b in zip(ts.greedy_accept_lengths(shapes["default"][1], r),
                                                            ts.greedy_accept_lengths(shapes[f"chain k={depth}"][1], r)))

@@ -296,7 +296,8 @@ fig = figures.median_iqr(ratios, "method", dodge=0.08, baseline=1, figsize=(8, 4
 ch.savefig(fig, "speed_vs_k")
 book.show(ratios.sort_values(["method", "K"]).set_index("runner")[["tokens_per_s", "median", "q25", "q75", "n", "tau"]],
           f"Every runner against autoregressive decoding, greedy, on the {len(prompts)} evaluation prompts. Columns: "
-          "median tokens/s; the median, q25 and q75 of the paired tokens/s ratios over n calls; tau.",
+          "median tokens/s; the median, q25 and q75 of the paired tokens/s ratios over n prompts (each prompt's "
+          "repeats taken together); tau.",
           prefill=True)
 # chapter 5's choice of K for the block draft: the highest median above, on the prompts it was measured on
 par = ratios[ratios.method == "parallel"].set_index("runner")
@@ -316,14 +317,16 @@ h2h = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], base
 h2h_by_task = bench.paired_ratios(timing[timing.runner.isin([best_lin, best_par])], baseline=best_lin, by=["task"])
 ch.save(h2h_by_task, "parallel_vs_linear_by_task")
 gain = float(h2h["median"].iloc[0])
-findings = [dict(finding=f"{r.runner} ÷ autoregressive", median=r["median"], q25=r.q25, q75=r.q75, n=r.n)
-            for _, r in best.iterrows()]
+n_runners = ratios.groupby("method").runner.nunique()  # each best runner was picked among these, on these prompts
+findings = [dict(finding=f"{r.runner} ÷ autoregressive (best of {n_runners[m]})", median=r["median"], q25=r.q25,
+                 q75=r.q75, n=r.n, **report.test_of(r), selected_from=int(n_runners[m])) for m, r in best.iterrows()]
 findings.append(dict(finding=f"{best_par} ÷ {best_lin}", median=gain, q25=float(h2h.q25.iloc[0]),
-                     q75=float(h2h.q75.iloc[0]), n=int(h2h.n.iloc[0])))
+                     q75=float(h2h.q75.iloc[0]), n=int(h2h.n.iloc[0]), **report.test_of(h2h.iloc[0]),
+                     selected_from=int(n_runners["parallel"] * n_runners["linear"])))
 display(Markdown(f"The fastest parallel runner, {best_par}, decodes at {gain:.2f}× the tokens per second of the "
                  f"fastest linear one, {best_lin} (median of the paired ratios)."))
 f_table, f_note = report.verdict_table(findings)
-book.show(f_table.set_index("finding"), "Paired tokens/s ratios, greedy: median, IQR and n calls, and the verdict."
+book.show(f_table.set_index("finding"), "Paired tokens/s ratios, greedy: median, IQR and n prompts, and the verdict."
           + f_note, prefill=True)
 
 # %% [markdown]
@@ -417,7 +420,7 @@ display(Markdown(
     "prompts above, the evaluation mix itself, not on held-out prompts. A later chapter that measures the mix again "
     "at this K does not measure it on unseen prompts. "
     + (f"Its IQR overlaps {', '.join(par_rivals)}: a choice by median only." if par_rivals else
-       f"Its IQR is clear of the other K's ({n_choice} calls each): "
+       f"Its IQR is clear of the other K's ({n_choice} prompts each): "
        + report.judged("a resolved choice", n_choice) + ".")
     + f" Saved as `k_choice.csv`. Best linear runner: {best_lin}."))
 print(f"{best_par} ÷ {best_lin}: median {gain:.3f} (IQR {h2h.q25.iloc[0]:.3f}–{h2h.q75.iloc[0]:.3f}, "
@@ -493,7 +496,8 @@ if k_accept >= claim_k and g0.loc[claim_k, "steps"] >= decay_min_steps:
 if k_cmp >= claim_k:
     assert (d_par.draft_s / d_par.new_tokens).median() < (d_lin.draft_s / d_lin.new_tokens).median()
 # 4. the headline (full run only: see check_speed_claim)
-h2h_phrase = report.ratio_phrase_median(gain, float(h2h.q25.iloc[0]), float(h2h.q75.iloc[0]), n=int(h2h.n.iloc[0]))
+h2h_phrase = f_table.set_index("finding").loc[f"{best_par} ÷ {best_lin}"]
+h2h_phrase = f"{gain:.2f}× (IQR {h2h_phrase.IQR}, {h2h_phrase.n} prompts): {h2h_phrase.verdict}"
 print(f"Parallel at its best K ({best_par}) ÷ linear at its best K ({best_lin}):")
 print(f"  {h2h_phrase}")
 print(f"Median tokens/s: {best_par} {best.loc['parallel', 'tokens_per_s']:.1f}, {best_lin} "

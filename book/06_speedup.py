@@ -99,7 +99,7 @@ from IPython.display import Markdown, display
 
 import specdec_core as sd
 from specdec_core.study import figures
-from specdec_core.study import bench, calibrate, hardware, peers, report, theory
+from specdec_core.study import bench, calibrate, hardware, peers, protocol, report, theory
 from specdec_core.tools import book
 
 display(book.banner(params_name))
@@ -244,6 +244,7 @@ else:
             "highest median at K": best_k, "median": f"{b['median']:.2f}×", "IQR": f"{b.q25:.2f}–{b.q75:.2f}",
             "n": n_b, "other K reaching its IQR": ", ".join(map(str, close)) or "none",
             "best K": (report.NO_VERDICT if n_b < report.MIN_PAIRS else "not resolved" if close else "resolved")})
+        # the IQR overlap orders the candidates descriptively; the choice is made here, on training prompts
 display(Markdown("*The headline methods and the K each runs with (θ rows: the most a step drafts).*"))
 display(pd.DataFrame([{"method": name, "K": spec["k"], "θ cap": "yes" if "confidence" in spec else "",
                        "K chosen above": "yes" if name in chosen else ""} for name, spec in methods.items()])
@@ -324,13 +325,13 @@ o0 = overall[overall.temperature == temperatures[0]].sort_values("median", ascen
 display(Markdown(f"At {'greedy decoding' if temperatures[0] == 0 else f'temperature {temperatures[0]:g}'}, "
                  f"**{o0.runner.iloc[0]}** has the highest median speedup, {o0['median'].iloc[0]:.2f}×; "
                  f"**{o0.runner.iloc[-1]}** has the lowest, {o0['median'].iloc[-1]:.2f}×."))
-headline, _ = report.verdict_table([{"finding": r.runner, "temperature": r.temperature, "K": r.K,
-                                      "median": r.median, "q25": r.q25, "q75": r.q75, "n": r.n}
-                                     for r in overall.itertuples()])
+headline, head_note = report.verdict_table([{"finding": r.runner, "temperature": r.temperature, "K": r.K,
+                                              "median": r.median, "q25": r.q25, "q75": r.q75, "n": r.n,
+                                              **report.test_of(r)} for r in overall.itertuples()])
 book.show(headline.rename(columns={"finding": "method"}).set_index(["temperature", "method"]),
           f"Every method against our autoregressive decoder: the tokens/s ratio on the same prompt and repeat. "
-          f"Median and IQR over n pairs ({len(encoded)} prompts × {report.count(repeats, 'repeat')}, "
-          f"{max_new_tokens} new tokens). K: the draft length (θ rows: its cap)." + rule_note(headline.n),
+          f"Median and IQR over n prompts ({report.count(repeats, 'repeat')} each, taken together; "
+          f"{max_new_tokens} new tokens). K: the draft length (θ rows: its cap)." + head_note,
           prefill=True)
 
 # %% [markdown]
@@ -379,10 +380,10 @@ if "linear (draft model)" in methods:
     ch.save(pd.DataFrame([th]), "theory_check")
     ch.save(calls, "theory_calls")
     word = "AGREE" if rel < theory_tolerance else "DISAGREE"
-    verdict = report.judged(word, len(calls))  # a verdict on medians of len(calls) calls: the verdict rule
+    n_calls = int(calls["id"].nunique())  # the distinct prompts behind the calls
+    verdict = report.judged(word, n_calls)  # a verdict on medians over n_calls prompts: the size rule
     mq = calls.measured.quantile([0.25, 0.75])
-    loop = report.verdict(th["measured_median"], mq[0.25], mq[0.75]) if len(calls) >= report.MIN_PAIRS \
-        else report.NO_VERDICT
+    loop = report.verdict_of(protocol.summarise(calls.measured, units=calls["id"])) or report.NO_VERDICT
     display(Markdown(f"The theory predicts **{th['predicted_median']:.2f}×** and the decode loop measures "
                      f"**{th['measured_median']:.2f}×**: a relative error of {rel:.1%}, against a tolerance of "
                      f"{theory_tolerance:.0%}."))
@@ -395,7 +396,7 @@ if "linear (draft model)" in methods:
         "theory and measurement": verdict if verdict == word else report.NO_VERDICT,
         "median per-call |error|": f"{th['per_call_abs_error_median']:.1%}",
         "one pooled α̂ would predict": f"{th['predicted_pooled']:.3f}×"}}),
-        "Theorem 3.8 against the measurement, linear SD with the draft model, greedy." + rule_note([len(calls)]),
+        "Theorem 3.8 against the measurement, linear SD with the draft model, greedy." + rule_note([n_calls]),
         prefill=False, digits=None)
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     sns.scatterplot(data=calls, x="predicted", y="measured", hue="task", ax=ax)
@@ -483,7 +484,7 @@ if sr is not None:
     plt.show()
     book.show(sr.drop(columns=["runner"]).set_index(["method", "K"]),
               f"Speedup versus K on {len(sweep_prompts)} held-out training prompts, greedy: tokens/s ÷ autoregressive "
-              "(median, IQR, n pairs), and the pooled α̂. For linear SD with the draft model: the theory's prediction "
+              "(median, IQR, n prompts), and the pooled α̂. For linear SD with the draft model: the theory's prediction "
               "and the decode loop's measured ratio.", prefill=True)
     book.show(pd.DataFrame(sweep_said).set_index("method"),
               "The K of each method in the headline run, and the sweep's highest median. The column “best K” says "
@@ -506,11 +507,12 @@ for r in (sr.itertuples() if sr is not None else []):
     twice += [{"finding": f"{r.method}, K = {r.K}", "prompts": "training", "median": r.median, "q25": r.q25,
                "q75": r.q75, "n": r.n, "IQRs overlap": both},
               {"finding": f"{r.method}, K = {r.K}", "prompts": "evaluation mix", "median": h["median"], "q25": h.q25,
-               "q75": h.q75, "n": h.n, "IQRs overlap": both}]
+               "q75": h.q75, "n": h.n, **report.test_of(h), "IQRs overlap": both}]
+    twice[-2] |= report.test_of(r._asdict())
 if twice:
-    tw, _ = report.verdict_table(twice)
+    tw, tw_note = report.verdict_table(twice)
     book.show(tw.set_index(["finding", "prompts"]), "The same settings on both prompt sets: tokens/s ÷ autoregressive "
-              "(median, IQR, n pairs)." + rule_note(tw.n), prefill=True, digits=None)
+              "(median, IQR, n prompts)." + tw_note, prefill=True, digits=None)
 else:
     display(Markdown("No setting was measured in both runs."))
 
@@ -603,8 +605,7 @@ else:
             m = at_k.iloc[0]
             gpu_n.append(int(m.n))
             row |= {"measured in the sweep": f"{m['median']:.2f}× (IQR {m.q25:.2f}–{m.q75:.2f}, n = {int(m.n)})",
-                    "its verdict": report.verdict(m["median"], m.q25, m.q75) if m.n >= report.MIN_PAIRS and m.n > 1
-                    else report.NO_VERDICT,
+                    "its verdict": report.verdict_of(m) or report.NO_VERDICT,
                     "prediction vs measured IQR": ("above" if r.predicted_speedup > m.q75 else
                                                    "below" if r.predicted_speedup < m.q25 else "within"),
                     "sweep's per-call prediction": f"{m.predicted:.3f}×" if m.predicted == m.predicted else ""}

@@ -112,7 +112,7 @@ display(pd.DataFrame([{"draft": name, "steps": len(r.stats.drafted), "drafted": 
 # family by median speedup is kept; the evaluation prompts play no part in the choice.
 #
 # The tables give each speedup as a median with its IQR, the interquartile range: the middle half of the paired
-# ratios ([notation](notation.md)). The verdict column reads the IQR, under the book's verdict rule.
+# ratios ([notation](notation.md)). The verdict column reads a paired test over the prompts, under the book's verdict rule.
 
 # %% tags=["hide-input"]
 display(ch.setting(k_max))  # the longest verify pass a confidence-stopped step makes, timed on the median prompt
@@ -124,16 +124,18 @@ ch.save(tr.reset_index(), "tuning")
 chosen = calibrate.choose(tr)
 
 
-def said(row) -> str:
-    """One plain finding: the median ratio, and its verdict word where the rule allows one (else the table's
-    footnote says, once, why there is none)."""
-    word = report.verdict(row["median"], row.q25, row.q75) if int(row.n) >= report.MIN_PAIRS and row.n > 1 else ""
+def said(row, word: str = "") -> str:
+    """One plain finding: the median ratio, and the verdict its table gave it, where the test gave one (a table's
+    footnote says, once, why a row has none)."""
+    word = "" if word.startswith(("cannot", report.NO_VERDICT)) else word
     return f"{row['median']:.2f}× autoregressive decoding's speed" + (f" ({word})" if word else "")
 
 
+# each chosen setting is the best of its role's candidates on these training prompts: its test says so (Bonferroni)
 picked = [{"role": role, "setting": name, "median": tr.loc[name, "median"], "q25": tr.loc[name, "q25"],
-           "q75": tr.loc[name, "q75"], "n": tr.loc[name, "n"], "α": f"{tr.loc[name, 'alpha']:.2f}"}
-          for role, name in chosen.items()]
+           "q75": tr.loc[name, "q75"], "n": tr.loc[name, "n"], **report.test_of(tr.loc[name]),
+           "selected_from": int(tr.index.str.startswith(calibrate.ROLES[role]).sum()),
+           "α": f"{tr.loc[name, 'alpha']:.2f}"} for role, name in chosen.items()]
 table, note = report.verdict_table(picked)
 table = table[[c for c in table if c != "α"] + ["α"]]
 display(Markdown("Chosen on training prompts: " + "; ".join(f"{r['role']} → **{r['setting']}**" for r in picked)
@@ -189,11 +191,14 @@ overall = overall.merge(alphas, on=["runner", "temperature"], how="left")
 ch.save(overall, "eval_overall")
 ch.save(by_task, "eval_by_task")
 ov = overall.set_index(["temperature", "runner"])
-display(Markdown("\n".join(
-    f"- At temperature {t:g}, the highest median is {o['median'].idxmax()}'s: {said(o.loc[o['median'].idxmax()])}."
-    for t, o in ((t, ov.loc[t]) for t in temperatures))))
 table, note = report.verdict_table([{"T": f"{t:g}", "runner": r, "median": x["median"], "q25": x.q25, "q75": x.q75,
-                                     "n": x.n, "α": f"{x.alpha:.2f}"} for (t, r), x in ov.iterrows()])
+                                     "n": x.n, **report.test_of(x), "α": f"{x.alpha:.2f}"}
+                                    for (t, r), x in ov.iterrows()])
+eval_verdict = table.set_index(["T", "runner"]).verdict  # one family: sentences quote the table's verdicts
+display(Markdown("\n".join(
+    f"- At temperature {t:g}, the highest median is {o['median'].idxmax()}'s: "
+    f"{said(o.loc[o['median'].idxmax()], eval_verdict[(f'{t:g}', o['median'].idxmax())])}."
+    for t, o in ((t, ov.loc[t]) for t in temperatures))))
 table = table[[c for c in table if c != "α"] + ["α"]]
 book.show(table.set_index(["T", "runner"]),
           f"The evaluation mix ({len(ch.prompts)} prompts × {report.count(repeats, 'repeat')}): speedup over "
@@ -280,7 +285,7 @@ display(Markdown("\n".join(f"- {role.capitalize()} (“{name}”): {resolved(cal
                  + "\n" + stored_line(getattr(pair.drafters["model"], "calibration", None))))
 book.show(tr.drop(columns=["family", "setting"]),
           f"Tuning on {len(tune_set)} held-out training prompts, greedy: each candidate's paired tokens/s ratio over "
-          "autoregressive decoding (median, q25, q75 over n calls), its α and drafted tokens per step.", prefill=True)
+          "autoregressive decoding (median, q25, q75 over n prompts), its α and drafted tokens per step.", prefill=True)
 
 # %% [markdown]
 # ### Against the best fixed K, and the order of the methods
@@ -294,7 +299,8 @@ vs_fixed = []
 for t in temperatures:
     d = runs[runs.temperature == t]
     speed = d.set_index(["id", "repeat"]).groupby("runner").tokens_per_s
-    vs_fixed.append({"T": f"{t:g}", "ratios": (speed.get_group(mc) / speed.get_group(fk)).dropna(),
+    r_ = (speed.get_group(mc) / speed.get_group(fk)).dropna()
+    vs_fixed.append({"T": f"{t:g}", "ratios": r_, "units": r_.index.get_level_values("id"),
                      "both below 1 by median": "yes" if max(ov.loc[[(t, mc), (t, fk)], "median"]) < 1 else "no"})
 table, note = report.verdict_table(vs_fixed)
 table = table[[c for c in table if c != "both below 1 by median"] + ["both below 1 by median"]]
@@ -305,14 +311,15 @@ lines = []
 for t in temperatures:
     o = ov.loc[t].sort_values("median", ascending=False)
     n_t = int(o.n.min())
-    top, below = o.index[0], o.index[o.q75 < 1]  # below: the whole IQR under 1
+    top = o.index[0]
+    below = [m for m in o.index if eval_verdict[(f"{t:g}", m)] == "slower"]  # the table's test finds it slower
     close = report.rivals(o, top)
     lines.append(f"- T = {t:g}: the highest median is {top}, {o.loc[top, 'median']:.2f}×.")
     lines.append(f"  Its IQR overlaps {', '.join(close)}, so the medians give no order." if close else
-                 "  Its IQR is clear of the others': " + report.judged("the best method of this run", n_t) + ".")
-    lines.append("  Whole IQR below 1 (" + ", ".join(below) + "): "
-                 + report.judged("slower than autoregressive decoding", n_t) + "." if len(below) else
-                 "  No method's IQR lies below 1.")
+                 "  Its IQR is clear of the others': " + report.judged("the best method of this run", n_t)
+                 + " (picked on these same prompts).")
+    lines.append("  The test finds " + ", ".join(below) + " slower than autoregressive decoding." if below else
+                 "  The test finds no method slower than autoregressive decoding.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
@@ -331,11 +338,11 @@ if len(shift):
 bt = by_task.reset_index(drop=True)
 worst = bt.loc[bt.groupby(["runner", "temperature"])["median"].idxmin()]
 book.show(worst[worst.temperature == 0.0].set_index("runner")[["task", "median"]].rename(columns={"median": "speedup"}),
-          f"Each method's weakest task, greedy ({report.count(bt.n.min(), 'paired call', bt.n.max())} per task): "
+          f"Each method's weakest task, greedy ({report.count(bt.n.min(), 'prompt', bt.n.max())} per task): "
           "its median speedup over autoregressive decoding there.", prefill=True, digits=2)
 book.show(by_task.pivot_table(index=["temperature", "task"], columns="runner", values="median"),
           "Median paired tokens/s ratio over autoregressive decoding per task "
-          f"({report.count(bt.n.min(), 'paired call', bt.n.max())} per task and method).", prefill=True, digits=2)
+          f"({report.count(bt.n.min(), 'prompt', bt.n.max())} per task and method).", prefill=True, digits=2)
 
 # %% [markdown]
 # ## Summary
@@ -350,7 +357,7 @@ top0 = g0["median"].idxmax()
 display(Markdown("\n".join([
     "- On training prompts this run chose " + ", ".join(f"“{name}” ({role})" for role, name in chosen.items()) + ".",
     f"- On the evaluation mix at temperature {temperatures[0]:g}, the highest median was {top0}'s: "
-    f"{said(g0.loc[top0])}.",
+    f"{said(g0.loc[top0], eval_verdict[(f'{temperatures[0]:g}', top0)])}.",
     f"- {checked} greedy decodes were checked against autoregressive decoding, with {len(ties)} near-ties.",
 ])))
 

@@ -500,7 +500,7 @@ for kind in ("free", "draft"):
         rows.append({"finding": f"α = {check_point['alpha']:g}, K = {check_point['k']}, "
                                 f"{'free proposals' if kind == 'free' else 'the draft cost'}",
                      "α̂": f"{p.alpha_hat:.2f}", "median": p["median"], "q25": p.q25, "q75": p.q75, "n": p.n,
-                     "bar": f"{bar:.1f}×",
+                     **report.test_of(p), "bar": f"{bar:.1f}×",
                      "bar reached": (report.NO_VERDICT if p.n < report.MIN_PAIRS else "yes" if p["median"] >= bar
                                      else f"no (short by {bar - p['median']:.2f}×)")})
 if at_check:
@@ -508,7 +508,7 @@ if at_check:
                 + " and ".join(at_check) + ".")
 for r in real_pts.itertuples():
     rows.append({"finding": f"{r.runner} (a real drafter)", "α̂": f"{r.alpha_hat:.2f}", "median": r.median,
-                 "q25": r.q25, "q75": r.q75, "n": r.n})
+                 "q25": r.q25, "q75": r.q75, "n": r.n, **report.test_of(r)})
 said.append(f"- **Theory**: {len(check) - len(off)} of {len(check)} points with α ≥ {theory_min_alpha:g} are within "
             f"{theory_tolerance:.0%} (decode loops, median over prompts)"
             + ("." if off.empty else "; Going deeper lists the others."))
@@ -528,9 +528,11 @@ said.append("- **What the shipped draft's cost needs**, by the theory: " + " and
     f"{x['theory']} for {x['speedup']}" for x in needed) + ".")
 said.append(f"- **Exactness**: {identity}.")
 display(Markdown("\n".join(said)))
-table, _ = report.verdict_table(rows)
+table, table_note = report.verdict_table(rows)
 book.show(table.set_index("finding").fillna(""), "The findings: tokens/s ÷ autoregressive (median, IQR over n "
-          "prompts). “bar”: the speedup the check point should reach." + rule_note(table.n), prefill=True,
+          "prompts). “bar”: the speedup the check point should reach." + table_note
+          + rule_note([n for n, b in zip(table.n, table["bar reached"]) if b == report.NO_VERDICT], "“bar reached”")
+          if "bar reached" in table else table_note, prefill=True,
           digits=None)
 display(Markdown("*What α the shipped draft's cost needs for each speedup.*"
                  + small_note(int(need.n.min()), "The measured curve's points")))

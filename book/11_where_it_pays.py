@@ -268,7 +268,7 @@ _ = ch.save(runs.drop(columns=["accepted_lengths", "drafted_lengths"], errors="i
 # ## Speed on each kind of request
 # Each speedup is a tokens/s ratio over autoregressive decoding on the same prompt and repeat. The tables also give
 # the acceptance rate α, the fraction of tested draft tokens the target kept. τ is the number of tokens one target
-# pass yields. The IQR is the interquartile range, the middle half of the paired ratios; the verdict column reads it.
+# pass yields. The IQR is the interquartile range, the middle half of the paired ratios; the verdict column reads a paired test.
 # All three are defined in the [notation](notation.md). The setting line says what a long verify pass costs on this
 # machine.
 
@@ -287,29 +287,34 @@ ch.save(ratios, "speedup")
 ch.save(per_task, "speedup_by_task")
 
 
-def said(r) -> str:
-    """One plain finding: the median ratio, and its verdict word where the rule allows one (the table's footnote
-    says, once, why a small sample has none)."""
-    word = report.verdict(r["median"], r.q25, r.q75) if int(r.n) >= report.MIN_PAIRS and r.n > 1 else ""
+def said(r, word: str = "") -> str:
+    """One plain finding: the median ratio, and the verdict its table gave it where the test gave one (the table's
+    footnote says, once, why a row has none)."""
+    word = "" if word.startswith(("cannot", report.NO_VERDICT)) else word
     return f"{r['median']:.2f}× autoregressive decoding's speed" + (f" ({word})" if word else "")
 
 
-def family_table(rows, caption: str) -> None:
-    """Speed rows as a verdict table (median, IQR, n, verdict, α, τ), highest median first, under ``caption``."""
+def family_table(rows, caption: str) -> pd.Series:
+    """Speed rows as a verdict table (median, IQR, n, verdict, α, τ), highest median first: shown under
+    ``caption``, computed first so the sentence above it quotes its verdicts (runner → verdict)."""
     rows = rows.sort_values("median", ascending=False)
     table, note = report.verdict_table([{"runner": r.runner, "median": r["median"], "q25": r.q25, "q75": r.q75,
-                                         "n": r.n, "α": "—" if r.alpha != r.alpha else f"{r.alpha:.2f}",
+                                         "n": r.n, **report.test_of(r),
+                                         "α": "—" if r.alpha != r.alpha else f"{r.alpha:.2f}",
                                          "τ": "—" if r.tau != r.tau else f"{r.tau:.2f}"} for _, r in rows.iterrows()])
-    book.show(table[[c for c in table if c not in ("α", "τ")] + ["α", "τ"]].set_index("runner"), caption + note,
-              prefill=True, digits=None)
+    return table.set_index("runner"), caption + note
 
 
 g0 = ratios[ratios.temperature == 0.0]
+family_verdict = {}  # (family, runner) -> the verdict of the family's table: sentences quote it
 for fam, what in (("input-grounded", "Input-grounded requests"), ("chat", "Chat requests")):
     rows = g0[g0.family == fam]
     top = rows.loc[rows["median"].idxmax()]
-    display(Markdown(f"{what}, greedy: the highest median is {top.runner}'s, {said(top)}."))
-    family_table(rows, f"{what}, greedy: speedup over autoregressive decoding.")
+    table, caption = family_table(rows, f"{what}, greedy: speedup over autoregressive decoding.")
+    family_verdict |= {(fam, r): v for r, v in table.verdict.items()}
+    display(Markdown(f"{what}, greedy: the highest median is {top.runner}'s, "
+                     f"{said(top, family_verdict[(fam, top.runner)])}."))
+    book.show(table[[c for c in table if c not in ("α", "τ")] + ["α", "τ"]], caption, prefill=True, digits=None)
 
 # %% tags=["hide-input"]
 g0_task = per_task[(per_task.temperature == 0.0) & (per_task.family == "input-grounded")]
@@ -357,9 +362,12 @@ chooser = grounded.chosen_calls(g_all[g_all["class"].isin(rule)], rule)
 ch_r = bench.paired_ratios(pd.concat([g_all, chooser]), AR, by=["family"])
 ch_r = ch_r[ch_r.runner == "chooser"]
 ch.save(pd.DataFrame([rule]), "rule")
-display(Markdown(" ".join(f"On {r.family} requests the rule's calls ran at {said(r)}." for _, r in ch_r.iterrows())))
-table, note = report.verdict_table([{"family": r.family, "median": r["median"], "q25": r.q25, "q75": r.q75, "n": r.n}
-                                    for _, r in ch_r.iterrows()])
+ch.save(ch_r, "rule_eval")  # the rule fixed on training prompts, evaluated once: the headline reports it
+table, note = report.verdict_table([{"family": r.family, "median": r["median"], "q25": r.q25, "q75": r.q75, "n": r.n,
+                                     **report.test_of(r)} for _, r in ch_r.iterrows()])
+rule_verdict = table.set_index("family").verdict
+display(Markdown(" ".join(f"On {r.family} requests the rule's calls ran at {said(r, rule_verdict[r.family])}."
+                          for _, r in ch_r.iterrows())))
 book.show(table.set_index("family"), "The per-request rule on the evaluation prompts: speedup over autoregressive "
           "decoding, greedy." + note, prefill=True, digits=None)
 
@@ -424,7 +432,7 @@ def resolved(prefix, chosen):
 
 
 book.show(tr_r.set_index("runner"), f"Greedy speedup over autoregressive decoding on {len(grounded_train)} "
-          "input-grounded training prompts (median, IQR, n pairs): the candidates K and settings are chosen from.",
+          "input-grounded training prompts (median, IQR, n prompts): the candidates K and settings are chosen from.",
           prefill=True)
 status = {f"The n-gram drafter's K = {k_ngram}": resolved("n-gram|", k_ngram),
           f"The suffix drafter's {setting} setting": resolved("suffix cold|", setting)}
@@ -484,14 +492,15 @@ display(Markdown("The draft phase's largest share of the decode loop: " + "; ".j
 # %% [markdown]
 # ### More findings
 # Predicted outputs on the edit task alone, and the best method here against transformers' prompt lookup on the
-# same calls. Then the chat requests, where there is little to copy, and the rows whose whole IQR lies below 1.
+# same calls. Then the chat requests, where there is little to copy, and the rows the test finds slower.
 
 # %% tags=["hide-input"]
 found = []
 edits = per_task[(per_task.temperature == 0.0) & (per_task.task == "edit") & (per_task.runner == "prediction")]
 if len(edits):
     e = edits.iloc[0]
-    found.append({"finding": "prediction, edit task", "median": e["median"], "q25": e.q25, "q75": e.q75, "n": e.n})
+    found.append({"finding": "prediction, edit task", "median": e["median"], "q25": e.q25, "q75": e.q75, "n": e.n,
+                  **report.test_of(e)})
 pl = per_task[(per_task.temperature == 0.0) & (per_task.family == "input-grounded")].pivot_table(
     index="task", columns="runner", values="median")
 if "hf prompt lookup" in pl.columns:
@@ -500,8 +509,9 @@ if "hf prompt lookup" in pl.columns:
                              by=["task"])
     overall_vs = bench.paired_ratios(ours[ours.runner.isin([best.runner, "hf prompt lookup"])], "hf prompt lookup")
     o = overall_vs.iloc[0]
-    found.append({"finding": f"{best.runner} ÷ hf prompt lookup", "median": o["median"], "q25": o.q25,
-                  "q75": o.q75, "n": o.n})
+    found.append({"finding": f"{best.runner} ÷ hf prompt lookup (best of {len(real)} on these prompts)",
+                  "median": o["median"], "q25": o.q25, "q75": o.q75, "n": o.n, **report.test_of(o),
+                  "selected_from": len(real)})
 table, note = report.verdict_table(found)
 book.show(table.set_index("finding"), "Greedy, input-grounded: paired speed ratios (the first over autoregressive "
           "decoding, the second over transformers' prompt lookup)." + note, prefill=True, digits=None)
@@ -513,8 +523,12 @@ sw, ng = (ratios[(ratios.family == "chat") & (ratios.runner == n)] for n in ("su
 if len(sw) and len(ng):
     lines.append(f"- Chat, where there is little to copy: the warm suffix drafter {sw.iloc[0]['median']:.2f}×, "
                  f"the n-gram drafter {ng.iloc[0]['median']:.2f}× at K = {k_ngram} (medians).")
-losing = ratios[(ratios.runner != AR) & (ratios.q75 < 1)]
-lines.append(f"- Rows of the speed tables with the whole IQR below 1: {len(losing)}"
+every_row, _ = report.verdict_table([{"runner": r.runner, "family": r.family, "temperature": r.temperature,
+                                      "median": r["median"], "q25": r.q25, "q75": r.q75, "n": r.n,
+                                      **report.test_of(r)} for _, r in ratios[ratios.runner != AR].iterrows()])
+losing = every_row[every_row.verdict == "slower"]
+lines.append(f"- Rows the test finds slower than autoregressive decoding, Holm over all {len(every_row)} speed rows of "
+             f"the chapter: {len(losing)}"
              + (" (" + ", ".join(f"{r.runner}, {r.family}, T = {r.temperature:g}" for r in losing.itertuples()) + ")"
                 if len(losing) else "") + ".")
 display(Markdown("\n".join(lines)))
@@ -536,7 +550,7 @@ field["this run (greedy, input-grounded)"] = [
     if n in g_over.index else "not run" for n in field.nearest]
 ch.save(field, "beside_the_field")
 book.show(field.drop(columns=["url"]).set_index(["source", "published_method"]),
-          "Published speedups over each source's own baseline beside this run's nearest method (median, IQR, n pairs). "
+          "Published speedups over each source's own baseline beside this run's nearest method (median, IQR, n prompts). "
           "Sources: " + "; ".join(f"{a} <{u}>" for a, u in field[["source", "url"]].values) + ".", prefill=True, digits=2)
 
 # %% [markdown]
@@ -549,8 +563,9 @@ book.show(field.drop(columns=["url"]).set_index(["source", "published_method"]),
 # %% tags=["hide-input"]
 c0 = g0[g0.family == "chat"]
 top_c = c0.loc[c0["median"].idxmax()]
-lines = [f"- Input-grounded requests had their highest median with {best.runner}: {said(best)}.",
-         f"- Chat requests had theirs with {top_c.runner}: {said(top_c)}.",
+lines = [f"- Input-grounded requests had their highest median with {best.runner}: "
+         f"{said(best, family_verdict[('input-grounded', best.runner)])}.",
+         f"- Chat requests had theirs with {top_c.runner}: {said(top_c, family_verdict[('chat', top_c.runner)])}.",
          "- The per-request rule chose " + "; ".join(f"{r} for {CLASS[c]}" for c, r in rule.items()) + ".",
          f"- {n_calls - n_diff} of {n_calls} greedy speculative calls returned autoregressive decoding's tokens."]
 lines += [ch.skipped_summary()] if ch.skipped else []

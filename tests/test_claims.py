@@ -126,10 +126,23 @@ def test_the_block_names_the_grounded_and_the_engine_results(tmp_path):
     pd.DataFrame(dict(runner=["suffix warm", "n-gram K=16", "suffix warm", "suffix warm"],
                       family=["input-grounded", "input-grounded", "chat", "input-grounded"],
                       median=[2.5, 2.0, 1.1, 3.0], q25=[2.2, 1.8, 1.0, 2.5], q75=[2.8, 2.2, 1.2, 3.5], n=12,
-                      temperature=[0.0, 0.0, 0.0, 1.0])).to_csv(tmp_path / "11_where_it_pays/speedup.csv", index=False)
+                      temperature=[0.0, 0.0, 0.0, 1.0], p=[0.0005, 0.001, 0.3, 0.0005], power=0.9, n_tell=8)
+                 ).to_csv(tmp_path / "11_where_it_pays/speedup.csv", index=False)
     [line] = headline.grounded_lines(tmp_path)
-    assert "input-grounded: best suffix warm 2.50× (IQR 2.20–2.80, 12 pairs): faster" in line  # T = 1's 3.0 is not
-    assert "chat: best suffix warm 1.10×" in line
+    # the best on the evaluation prompts is labelled as picked there; its verdict Holm-adjusted over its family
+    assert "input-grounded suffix warm 2.50× (IQR 2.20–2.80, 12 prompts): faster" in line  # T = 1's 3.0 is not
+    assert "picked there" in line and "chat suffix warm 1.10× (IQR 1.00–1.20, 12 prompts): ties" in line
+    # the rule fixed on training prompts comes first, evaluated once
+    pd.DataFrame([dict(prediction="prediction", grounded="suffix warm", chat="n-gram K=4")]).to_csv(
+        tmp_path / "11_where_it_pays/rule.csv", index=False)
+    pd.DataFrame(dict(runner="chooser", family=["chat", "input-grounded"], median=[1.02, 1.8], q25=[0.97, 1.6],
+                      q75=[1.05, 2.0], n=12, p=[0.4, 0.001], power=[0.3, 0.99], n_tell=[20, 6])).to_csv(
+        tmp_path / "11_where_it_pays/rule_eval.csv", index=False)
+    [line] = headline.grounded_lines(tmp_path)
+    assert "the per-request rule fixed on training prompts (prediction → prediction; grounded → suffix warm" in line
+    assert "chat 1.02× (IQR 0.97–1.05, 12 prompts): cannot tell at this size" in line
+    assert "input-grounded 1.80× (IQR 1.60–2.00, 12 prompts): faster" in line
+    assert line.index("per-request rule") < line.index("picked there")
     (tmp_path / "09_serving").mkdir()
     pd.DataFrame(dict(policy=["autoregressive", "n-gram", "load-adaptive"] * 2, load=[0.1] * 3 + [1.2] * 3,
                       goodput=[1.0, 1.5, 1.6, 2.0, 1.8, 2.1])).to_csv(tmp_path / "09_serving/load_summary.csv",
@@ -137,10 +150,12 @@ def test_the_block_names_the_grounded_and_the_engine_results(tmp_path):
     assert headline.engine_lines(tmp_path) == []  # no verdicts, no line
     pd.DataFrame(dict(load=[0.1, 0.1, 1.2, 1.2], other=["autoregressive", "n-gram"] * 2, goal=[1.0, 0.95] * 2,
                       policy_goodput=[1.6, 1.6, 2.1, 2.1], other_goodput=[1.0, 1.5, 2.0, 1.8],
-                      ratio=[1.6, 1.07, 1.05, 1.17], lo=[1.2, 0.9, 0.97, 1.0], hi=[2.0, 1.2, 1.1, 1.3], requests=24,
+                      ratio=[1.6, 1.07, 1.05, 1.17], lo=[1.2, 0.9, 0.97, 1.0], hi=[2.0, 1.2, 1.1, 1.3], requests=48,
+                      n_units=24,
                       verdict=["holds", "undecided", "undecided", "holds"])).to_csv(
         tmp_path / "09_serving/goodput_verdicts.csv", index=False)
     [line] = headline.engine_lines(tmp_path)
     assert ("load 0.1: 1.60, ÷ autoregressive 1.60 (1.20–2.00, holds at ≥ 1), ÷ the best other (n-gram) 1.07 "
             "(0.90–1.20, undecided at ≥ 0.95)") in line
-    assert "load 1.2: 2.10, ÷ autoregressive 1.05" in line and "n-gram from load 1.2" in line and "24 requests" in line
+    assert "load 1.2: 2.10, ÷ autoregressive 1.05" in line and "n-gram from load 1.2" in line
+    assert "24 distinct requests" in line
