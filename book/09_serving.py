@@ -33,20 +33,28 @@ dtype = "float32"              # the pair's dtype: "float32", "bfloat16", "float
 per_task = 2                   # evaluation prompts per task; a batch of B takes B of them, cycling
 batch_sizes = [1, 2, 4, 8, 16, 32]
 max_new_tokens = 48            # per row
-repeats = 2                    # interleaved rounds over every (method, B)
+batches = 3                    # distinct batches at each B, from one prompt pool: the units of every batch ratio
+repeats = 1                    # interleaved rounds over the same batches (timing noise, not new units)
 k_ngram = 4                    # prompt lookup's K (chapter 6's setting, fixed before any measurement)
 k_model = 3                    # the model draft's K (its model card's sweep on held-out training prompts)
 pass_repeats = 5               # rounds timing the single-sequence passes t(T) of the cost model
 stream_prompts = 3             # prompts decoded one at a time for the streaming section
 check_batch = 8                # the batch size whose autoregressive speed is set against B 1 and its requests one by one
 trend_p = 0.05                 # the rank correlation's p-value under which speculation's ratio has a direction in B
-engine_requests = 12           # requests of the traffic mix the engine serves at each load
+engine_requests = 48           # distinct evaluation requests the engine serves at each load: the units of its verdicts
+engine_per_task = 6            # evaluation prompts per task in the engine's pools (chat and input-grounded)
+engine_train_requests = 24     # distinct training requests, a training traffic mix, that the engine's constants are
+                               # chosen on (never the evaluation requests)
+engine_tune_loads = [0.6, 1.2]  # the loads the constants are chosen at, on the training mix
+engine_decays = [0.5, 0.7, 0.9]  # candidates for StepCost.DECAY, the weight of a row's earlier drafting steps
+engine_floors = [0, 1]         # candidates for StepCost.HELD_FLOOR, the draft tokens a held proposal always verifies
+engine_priors = [1, 4]         # candidates for StepCost.PRIOR_TESTS, the pseudo-tests an octave's rates shrink with
 engine_share = 0.5             # their input-grounded share (0: the chat mix alone)
 engine_loads = [0.15, 0.6, 1.2]  # arrival rates as fractions of autoregressive decoding's saturation throughput
 engine_max_batch = 8           # the engine's rows (vLLM's max_num_seqs)
 engine_max_new_tokens = 96     # per request
 engine_repeats = 1             # rounds of the load sweep (each draws new schedules, replayed for every policy):
-                               # one number, or one per load (the loaded points decide more with more rounds)
+                               # replays are not new requests; every interval resamples distinct requests
 k_suffix = 32                  # the cap on a suffix step's length (chapter 11's)
 slo_ttft = 4.0                 # goodput's SLOs, as multiples of autoregressive decoding's median at the lowest load
 slo_tpot = 1.5
@@ -84,7 +92,7 @@ def cell(said: str) -> str:
     return report.NO_VERDICT if said.startswith(report.UNRESOLVED) else said
 
 
-def footnote(table: pd.DataFrame, columns=("verdict",), sample: str = "pairs") -> str:
+def footnote(table: pd.DataFrame, columns=("verdict",), sample: str = "batches") -> str:
     """The caveat of a table, said once: only where a cell of its verdict columns is ``report.NO_VERDICT``."""
     if not (table[list(columns)] == report.NO_VERDICT).any().any():
         return ""
@@ -137,7 +145,7 @@ methods = {
     # the same B = check_batch requests without a batch: generate on each in turn (a server without batching)
     "generate, one request at a time": dict(method="autoregressive", one_at_a_time=True, at=[check_batch]),
 }
-runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats,
+runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_tokens, repeats=repeats, batches=batches,
                        progress=book.progress)
 
 # %% [markdown]
@@ -150,13 +158,12 @@ runs = sv.time_batches(pair.target, encoded, methods, batch_sizes, max_new_token
 
 # %% tags=["hide-input"]
 ch.save(runs.drop(columns="outputs"), "batch_runs")
-used = range(min(len(encoded), max(batch_sizes)))  # the distinct prompts the batches took
+used = sorted({j for r in runs.itertuples() for j in sv.batch_indices(len(encoded), r.B, r.batch)})
 reference = {j: sd.generate(pair.target, encoded[j], max_new_tokens=max_new_tokens).tokens for j in used}
 checked, ties, by_method = 0, [], {}
 for r in runs.itertuples():
     by_method[r.method] = by_method.get(r.method, 0) + len(r.outputs)
-    for i, toks in enumerate(r.outputs):
-        j = i % len(encoded)
+    for i, (toks, j) in enumerate(zip(r.outputs, sv.batch_indices(len(encoded), r.B, r.batch))):
         pos, gap = ex.first_divergence(pair.target, encoded[j], toks, reference[j])
         assert ex.excused(pos, gap), f"{r.method}, B={r.B}, row {i}: diverges at token {pos} (top-2 gap {gap})"
         checked += 1
@@ -169,7 +176,8 @@ for t in ties:
 # %% [markdown]
 # ## Where speculation stops paying: measured and predicted
 # *Measured*: the speedup of each speculative method over autoregressive decoding *at the same B*, paired by
-# repeat. *Predicted*: from single-sequence pass costs alone, timed before the batches ran.
+# batch: the same B prompts under both. Each B has `batches` distinct batches from one pool of prompts, so B = 1
+# is several prompts decoded alone, not one. Batches of one size share prompts with those of another. *Predicted*: from single-sequence pass costs alone, timed before the batches ran.
 #
 # Autoregressive decoding spends one pass over B tokens, t(B), for B tokens. A speculative step spends K draft
 # passes over B tokens, t_d(B) (the draft model's pass time; [notation](notation.md); nothing for prompt lookup).
@@ -188,10 +196,11 @@ for t in ties:
 
 # %% tags=["hide-input"]
 def paired(a: str, b: str, Ba: int, Bb: int, col: str = "tokens_per_s") -> pd.Series:
-    """``col`` (tokens/s) of (a, Ba) ÷ (b, Bb), paired by repeat."""
-    x = runs[(runs.method == a) & (runs.B == Ba)].set_index("repeat")[col]
-    y = runs[(runs.method == b) & (runs.B == Bb)].set_index("repeat")[col]
-    return (x / y).dropna()
+    """``col`` (tokens/s) of (a, Ba) ÷ (b, Bb), paired by batch and repeat, then one ratio per batch (the median
+    over its repeats): the units are distinct batches."""
+    x = runs[(runs.method == a) & (runs.B == Ba)].set_index(["batch", "repeat"])[col]
+    y = runs[(runs.method == b) & (runs.B == Bb)].set_index(["batch", "repeat"])[col]
+    return (x / y).dropna().groupby(level="batch").median()
 
 
 rows = []
@@ -221,7 +230,7 @@ print(f"B = {B}: τ = {at.tau:.2f} tokens per row and pass, f = {at.fed:.2f} tok
 print(f"predicted speedup τ / v = {at.tau / v:.2f}×; measured {at.measured:.2f}×")
 
 # %% [markdown]
-# The figure sets the measured medians, with their interquartile ranges (IQR, the middle half of the pairs;
+# The figure sets the measured medians, with their interquartile ranges (IQR, the middle half of the batches;
 # [notation](notation.md)), beside the prediction. Below the dashed line at 1, speculation loses.
 
 # %% tags=["hide-input"]
@@ -252,7 +261,7 @@ def say(b, first) -> str:
 lines, ends, crossings = [], [], []
 for name, g in speed.groupby("method", sort=False):
     m, p = sv.crossover(g.B, g.measured), sv.crossover(g.B, g.predicted)
-    n_min = int(g.n.min())  # pairs at the B with fewest: what a statement about the crossover rests on
+    n_min = int(g.n.min())  # batches at the B with fewest: what a statement about the crossover rests on
     first = g.B.iloc[0]
     m_never, p_never = (x is not None and x == first for x in (m, p))  # never above 1: no crossover to compare
     if (m is None) != (p is None) or m_never != p_never:
@@ -267,17 +276,17 @@ for name, g in speed.groupby("method", sort=False):
     lines.append(f"- **{name}** (K = {int(g.K.iloc[0])}): the measured crossover is {say(m, first)}, "
                  f"the predicted one {say(p, first)}.")
     crossings.append(dict(method=name, K=int(g.K.iloc[0]), measured=say(m, first), predicted=say(p, first),
-                          pairs=n_min, match=cell(match)))
+                          batches=n_min, match=cell(match)))
     for _, r in g.iloc[[0, -1]].iterrows():
         ends.append(dict(method=name, B=int(r.B), tau=r.tau, predicted=f"{r.predicted:.2f}×",
-                         median=r.measured, q25=r.q25, q75=r.q75, n=int(r.n)))
+                         ratios=paired(name, "autoregressive", int(r.B), int(r.B))))
 display(Markdown("\n".join(lines)))
-end_table, _ = report.verdict_table(ends)
-book.show(end_table.set_index(["method", "B"]), "Speedup over autoregressive decoding at the smallest and largest B. "
-          "The verdict reads the IQR of the paired ratios." + footnote(end_table), prefill=True, digits=2)
+end_table, end_note = report.verdict_table(ends, unit="batches")
+book.show(end_table.set_index(["method", "B"]), "Speedup over autoregressive decoding at the smallest and largest B, "
+          "over n distinct batches." + end_note, prefill=True, digits=2)
 crossing = pd.DataFrame(crossings).set_index("method")
-one_pair = " One pair per B makes each measured crossover one noisy reading." if crossing.pairs.min() < 2 else ""
-caption("Crossover, measured and predicted. The match column compares them over the fewest pairs at any B."
+one_pair = " One batch per B makes each measured crossover one noisy reading." if crossing.batches.min() < 2 else ""
+caption("Crossover, measured and predicted. The match column compares them over the fewest batches at any B."
         + one_pair + footnote(crossing, ["match"]))
 display(crossing)
 
@@ -297,7 +306,8 @@ display(crossing)
 #
 # Load is a fraction of autoregressive decoding's *saturation* throughput: its requests per second with every
 # request waiting from the start. Each load draws one Poisson arrival schedule, replayed for every policy on the
-# same requests. The requests mix chat prompts with input-grounded ones (chapter 11's family).
+# same requests. The requests mix chat prompts with input-grounded ones (chapter 11's family): `engine_requests`
+# distinct evaluation prompts, each served once per policy and load. Every interval below resamples those requests.
 #
 # Five policies serve the same traffic:
 # - **Autoregressive** decoding, the baseline.
@@ -320,24 +330,56 @@ display(crossing)
 from specdec_core.serving import StepCost
 from specdec_core.study import load as ld
 
-grounded_ids = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded("eval", per_task=3)]
-mix = sd.prompts.traffic_mix([("chat", ids) for ids in encoded], [("grounded", ids) for ids in grounded_ids],
+chat_pool = [sd.prompts.encode(pair, p) for p in sd.prompts.load_prompts(per_task=engine_per_task)]
+grounded_ids = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded("eval", per_task=engine_per_task)]
+mix = sd.prompts.traffic_mix([("chat", ids) for ids in chat_pool], [("grounded", ids) for ids in grounded_ids],
                              engine_share, engine_requests, seed=0)
-step_context = StepCost.typical_context(pair.target, [(len(ids), engine_max_new_tokens) for _, ids in mix])
+# the training traffic mix: held-out training prompts only, for every choice the engine's policies make
+train_chat = [ids for _, ids in sd.prompts.sweep_prompts(pair, engine_train_requests)]
+train_grounded = [sd.prompts.encode(pair, p) for p in sd.prompts.load_grounded(
+    "train", per_task=-(-engine_train_requests // len(sd.prompts.GROUNDED_TASKS)))]
+train_mix = sd.prompts.traffic_mix([("chat", ids) for ids in train_chat], [("grounded", ids) for ids in train_grounded],
+                                   engine_share, engine_train_requests, seed=1)
+step_context = StepCost.typical_context(pair.target, [(len(ids), engine_max_new_tokens) for _, ids in train_mix])
 step_cost = StepCost.measure(pair.target, max_rows=engine_max_batch, context=step_context)
 sc = pd.Series(step_cost.verify).unstack()
 ch.save(sc.rename_axis(index="rows", columns="tokens").reset_index(), "step_costs")
 saturation = ld.saturation(pair.target, mix, engine_max_batch, engine_max_new_tokens)
 engine_rounds = engine_repeats if isinstance(engine_repeats, list) else [engine_repeats] * len(engine_loads)
 n_classes = pd.Series([c for c, _ in mix]).value_counts().to_dict()
-print(f"{len(mix)} requests: {', '.join(f'{n} {c}' for c, n in n_classes.items())}")
+print(f"{len(mix)} distinct evaluation requests: {', '.join(f'{n} {c}' for c, n in n_classes.items())}; "
+      f"{len(train_mix)} training requests for the engine's constants")
 print(f"autoregressive saturation: {saturation:.2f} requests/s at {engine_max_batch} rows; loads {engine_loads} of it")
+
+# %% [markdown]
+# The load-adaptive rule has three constants, explained in "Going deeper". `DECAY` sets how fast a row forgets its
+# early steps. `HELD_FLOOR` is how many draft tokens of a held proposal a row always verifies. `PRIOR_TESTS` sets how
+# strongly a row's few steps lean on its neighbours'. They are chosen here on the training mix, at
+# `engine_tune_loads`, by the highest mean goodput. The evaluation requests are never used for this.
+
+# %% tags=["hide-input"]
+import itertools
+
+policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
+train_saturation = ld.saturation(pair.target, train_mix, engine_max_batch, engine_max_new_tokens)
+grid = [dict(DECAY=d, HELD_FLOOR=f, PRIOR_TESTS=p)
+        for d, f, p in itertools.product(engine_decays, engine_floors, engine_priors)]
+tuning, constants, train_slo = ld.tune_constants(
+    pair.target, train_mix, policies, grid, engine_tune_loads, train_saturation, engine_max_batch,
+    engine_max_new_tokens, step_cost, (slo_ttft, slo_tpot), progress=book.progress)
+ch.save(tuning, "engine_tuning")
+step_cost = ld.with_constants(step_cost, **constants)
+ch.save(pd.DataFrame([constants | dict(chosen_on=f"{len(train_mix)} training requests",
+                                       loads=" ".join(f"{x:g}" for x in engine_tune_loads))]), "engine_constants")
+book.show(tuning.sort_values("mean goodput", ascending=False, kind="stable").set_index(list(constants)).head(6),
+          f"Goodput of the load-adaptive policy on the training mix ({len(train_mix)} requests), per setting of the "
+          "engine's constants, best first. The first row is used below.", prefill=True, digits=3)
+display(Markdown("Chosen on the training mix: " + ", ".join(f"`{k}` = {v:g}" for k, v in constants.items()) + "."))
 
 # %% [markdown]
 # The sweep itself: every policy serves the same requests on the same schedules.
 
 # %%
-policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
 load_runs = ld.load_sweep(pair.target, mix, policies, engine_loads, saturation, engine_max_batch,
                           engine_max_new_tokens, repeats=engine_repeats, step_cost=step_cost, progress=book.progress)
 
@@ -347,7 +389,7 @@ load_runs = ld.load_sweep(pair.target, mix, policies, engine_loads, saturation, 
 
 # %% tags=["hide-input"]
 engine_ties = ld.greedy_identity(pair.target, mix, load_runs, engine_max_new_tokens)
-identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × {len(mix)} requests × "
+identity_line = (f"{len(load_runs)} requests ({len(policies)} policies × {len(mix)} distinct requests × "
                  f"{sum(engine_rounds)} rounds over {report.count(len(engine_loads), 'load')}) "
                  f"decoded the text of `generate` alone" + (f"; near-ties excused: {len(engine_ties)}" if engine_ties else ""))
 slo = ld.slo_from(load_runs, slo_ttft, slo_tpot)
@@ -374,8 +416,8 @@ ch.savefig(fig, "load_sweep")
 
 # %% [markdown]
 # Does choosing K from the load keep the best of both? At each load, the load-adaptive policy's goodput is divided
-# by each other policy's. The ratio is pooled over rounds. Its 90 % bootstrap interval is paired: it resamples the
-# requests of a round with the same draw for both policies. It should keep at least 0.95 of every other policy's
+# by each other policy's. Its 90 % bootstrap interval is paired and over distinct requests: it resamples the
+# requests, each with all its rounds, with the same draw for both policies. It should keep at least 0.95 of every other policy's
 # goodput, and all of autoregressive decoding's. The verdict says whether the interval decides that (`holds`,
 # `fails`) or not (`undecided`).
 
@@ -390,11 +432,11 @@ for load, base, best in ld.against(verdicts):
     for v in (base, best):
         kept_rows.append(dict(load=f"{load:g}", against=v.other, ratio=f"{v.ratio:.2f}",
                               interval=f"{v.lo:.2f}–{v.hi:.2f}", goal=f"≥ {v.goal:g}",
-                              requests=int(v.requests), verdict=cell(v.verdict)))
+                              requests=int(v.n_units), verdict=cell(v.verdict)))
 display(Markdown("\n".join(found)))
 kept = pd.DataFrame(kept_rows).set_index(["load", "against"])
 book.show(kept, "Load-adaptive goodput ÷ another policy's, with its 90 % paired bootstrap interval over the "
-          "requests. Each load sets it against autoregressive decoding and against the best other policy."
+          "distinct requests (one-sided, a 5 % false-positive rate against its goal). Each load sets it against autoregressive decoding and against the best other policy."
           + footnote(kept, sample="requests"), prefill=True, digits=None)
 
 # %% [markdown]
@@ -403,7 +445,7 @@ book.show(kept, "Load-adaptive goodput ÷ another policy's, with its 90 % paired
 # ### Throughput, and what a batch buys
 # Throughput counts every token of every row over the whole call, prefill included. The decode loop alone counts
 # the tokens after each row's first, over the time after the prefill. Batch sizes are powers of two, so the figure's
-# axis is logarithmic; its error bars are the IQR over the repeats.
+# axis is logarithmic; its error bars are the IQR over the batches.
 
 # %% tags=["hide-input"]
 def grow(df: pd.DataFrame, col: str) -> float:
@@ -414,7 +456,7 @@ def grow(df: pd.DataFrame, col: str) -> float:
 
 book.show(runs.groupby(["method", "B"]).tokens_per_s.median().unstack("B"),
           f"Tokens per second of the whole call, all rows, per method (rows) and batch size B (columns). "
-          f"Median over {report.count(repeats, 'repeat')}.", prefill=True, digits=1)
+          f"Median over {report.count(batches, 'batch')} × {report.count(repeats, 'repeat')}.", prefill=True, digits=1)
 batched = runs[~runs.method.str.startswith("generate")]
 
 
@@ -445,11 +487,11 @@ if check_batch in batch_sizes:
     checks[f"autoregressive B = {check_batch} ÷ B = 1"] = ("autoregressive", "autoregressive", check_batch, 1)
     checks[f"autoregressive B = {check_batch} ÷ the same {check_batch} requests one at a time"] = (
         "autoregressive", "generate, one request at a time", check_batch, check_batch)
-check_table, _ = report.verdict_table(
+check_table, check_note = report.verdict_table(
     [dict(check=name, timed=timed, ratios=paired(*c, col=col)) for name, c in checks.items()
-     for timed, col in (("whole call", "tokens_per_s"), ("decode loop", "decode_tokens_per_s"))])
+     for timed, col in (("whole call", "tokens_per_s"), ("decode loop", "decode_tokens_per_s"))], unit="batches")
 book.show(check_table.set_index(["check", "timed"]), "Tokens per second of one runner ÷ another's, paired by "
-          "repeat." + footnote(check_table), prefill=True, digits=None)
+          "batch." + check_note, prefill=True, digits=None)
 
 # %% [markdown]
 # ### The cost model, term by term
@@ -464,7 +506,7 @@ book.show(check_table.set_index(["check", "timed"]), "Tokens per second of one r
 
 # %% tags=["hide-input"]
 book.show(speed, "Speculation ÷ autoregressive decoding at the same B. The measured column is the median of the "
-          "paired tokens/s ratios, with their IQR (q25–q75) over n pairs. Column tau counts tokens per row and target "
+          "paired tokens/s ratios, with their IQR (q25–q75) over n distinct batches. Column tau counts tokens per row and target "
           "pass, and fed the tokens per row and verify pass. The verify ratio is t(B·fed)/t(B), linear between "
           "measured T. The draft share is K·t_d(B)/t(B), and ar_ms_per_token is t(B)/B. Those three come from "
           "single-sequence pass costs, with no prefill in them. The predicted column is "
@@ -473,18 +515,19 @@ book.show(speed, "Speculation ÷ autoregressive decoding at the same B. The meas
 # %% [markdown]
 # ### The trend in B, and why
 # The crossover reads one B at a time. The trend reads them all: does speculation's ratio fall as B grows, rise,
-# or neither? The direction comes from Spearman's rank correlation ρ between B and every paired ratio of the run.
-# Its p-value comes from permutations (`study.serving.rank_trend`), exact where the arrangements can be counted.
-# A direction is named only when p is under `trend_p`, and only for a sample the verdict rule allows.
+# or neither? The direction comes from Spearman's rank correlation ρ between B and the ratio of every distinct
+# batch. Its p-value comes from permutations of those batches (`study.serving.rank_trend`), exact where the
+# arrangements can be counted. A direction is named only when p is under `trend_p`, and only for a sample the
+# verdict rule allows.
 #
 # The why is the cost model's decomposition, between the smallest and the largest B. It shows how much τ(B) moved,
 # how much the step's cost v(B) + d(B) moved, and how cheap a token of autoregressive decoding became, t(B)/B.
 
 # %% tags=["hide-input"]
 def iqr_text(r) -> str:
-    """A measured ratio with its IQR (none for a single pair)."""
+    """A measured ratio with its IQR (none for a single batch)."""
     spread = f"IQR {r.q25:.2f}–{r.q75:.2f}, " if r.n > 1 else ""
-    return f"{r.measured:.2f}× ({spread}{report.count(r.n, 'pair')})"
+    return f"{r.measured:.2f}× ({spread}{report.count(r.n, 'batch')})"
 
 
 trend_rows, trend_shown, why_shown, trend_lines = [], [], [], []
@@ -497,16 +540,16 @@ for name, k in K.items():
     word = ("rising" if rho > 0 else "falling") if pval < trend_p else f"no direction (p ≥ {trend_p:g})"
     g = speed[speed.method == name].set_index("B")
     lo, hi = g.loc[min(batch_sizes)], g.loc[max(batch_sizes)]
-    ends = ("one pair at an end" if min(lo.n, hi.n) < 2 else cell(report.judged(
+    ends = ("one batch at an end" if min(lo.n, hi.n) < 2 else cell(report.judged(
         "disjoint" if hi.q25 > lo.q75 or hi.q75 < lo.q25 else "overlapping", min(int(lo.n), int(hi.n)))))
     cost_lo, cost_hi = lo.verify_ratio + lo.draft_share, hi.verify_ratio + hi.draft_share
     f_tau, f_cost = hi.tau / lo.tau, cost_hi / cost_lo
     larger = "the step's cost" if abs(np.log(f_cost)) > abs(np.log(f_tau)) else "τ"
     same_way = np.sign(hi.predicted - lo.predicted) == np.sign(hi.measured - lo.measured)
-    trend_rows.append(dict(method=name, pairs=n, spearman_rho=rho, p_value=pval, p_method=tr["p_method"],
+    trend_rows.append(dict(method=name, batches=n, spearman_rho=rho, p_value=pval, p_method=tr["p_method"],
                            ratio_B_min=lo.measured, ratio_B_max=hi.measured, tau_factor=f_tau, cost_factor=f_cost,
                            predicted_B_min=lo.predicted, predicted_B_max=hi.predicted))
-    trend_shown.append({"method": name, "pairs": n, "ρ": f"{rho:.2f}", "p": f"{pval:.2g}", "p from": tr["p_method"],
+    trend_shown.append({"method": name, "batches": n, "ρ": f"{rho:.2f}", "p": f"{pval:.2g}", "p from": tr["p_method"],
                         "direction": cell(report.judged(word, n)), f"at B = {lo.name}": iqr_text(lo),
                         f"at B = {hi.name}": iqr_text(hi), "the two IQRs": ends})
     why_shown.append({"method": name, "step cost": f"{cost_lo:.2f} → {cost_hi:.2f}",
@@ -527,7 +570,8 @@ trend_lines.append(f"- The baseline to beat: a token of autoregressive decoding 
                    f"of pass time at B = {lo.name}, {hi.ar_ms_per_token:.1f} ms at B = {hi.name}.")
 display(Markdown("\n".join(trend_lines)))
 trend_table = pd.DataFrame(trend_shown).set_index("method")
-caption("The ratio's direction in B, from Spearman's ρ over every pair, and its two ends. Disjoint IQRs at the ends "
+caption("The ratio's direction in B, from Spearman's ρ over every distinct batch, and its two ends. Disjoint IQRs at "
+        "the ends "
         "separate them." + footnote(trend_table, ["direction", "the two IQRs"]))
 display(trend_table)
 why_table = pd.DataFrame(why_shown).set_index("method")
@@ -641,10 +685,11 @@ book.show(sc / step_cost.t(1, 1), f"The step-cost model: a verify pass over B ro
 # only while its own relative gain outweighs the relative delay of all the rows sharing the step. With one row the
 # two objectives are the same; `StepCost(objective="throughput")` is SmartSpec's.
 #
-# One floor overrides the objective: a row that holds a proposal verifies at least its first token
-# (`StepCost.HELD_FLOOR`). That is a rule, not a consequence of the objective. A per-step objective weighs one
-# token's delay to every row of the step, while an SLO counts a request once. At a full batch, the objective alone
-# often refuses a short match; exercise 7 measures the floor's worth on your machine.
+# One floor can override the objective: a row that holds a proposal verifies at least its first `HELD_FLOOR`
+# tokens. That is a rule, not a consequence of the objective. A per-step objective weighs one token's delay to every
+# row of the step, while an SLO counts a request once, so at a full batch the objective alone often refuses a short
+# match. Whether the floor pays (1) or not (0) was chosen on the training mix above, with `DECAY` and
+# `PRIOR_TESTS`. The table `engine_tuning.csv` holds every setting's goodput there.
 #
 # Last, the adaptive rows do not speculate on the step right after an admission. The rows decoding then have just
 # waited for a prefill, so their gap is already the longest.
@@ -698,7 +743,7 @@ engine_lines = [
     f"{g.loc[('autoregressive', low), 'tpot_p50_ms'] / (1e3 * oracle.median()):.2f}× better than autoregressive "
     f"decoding's median."]
 tpot_rows = [dict(question=f"TPOT, all requests, load {low:g}", against="autoregressive", ratio=f"{tp['ratio']:.2f}×",
-                  interval=f"{tp['lo']:.2f}–{tp['hi']:.2f}", goal="≥ 1.5", requests=tp["requests"],
+                  interval=f"{tp['lo']:.2f}–{tp['hi']:.2f}", goal="≥ 1.5", requests=tp["n_units"],
                   verdict=cell(tp["verdict"]))]
 chat = class_table[(class_table.cls == "chat") & (class_table.load == low)].set_index("policy")
 if 1 in batch_sizes and {"autoregressive", "load-adaptive"} <= set(chat.index):
@@ -721,14 +766,14 @@ if 1 in batch_sizes and {"autoregressive", "load-adaptive"} <= set(chat.index):
     kept_chat = ld.tpot_ratio(load_runs, low, "load-adaptive", best_fixed, cls="chat", goal=0.95)
     tpot_rows.append(dict(question=f"TPOT, chat requests, load {low:g}", against=best_fixed,
                           ratio=f"{kept_chat['ratio']:.3f}×", interval=f"{kept_chat['lo']:.2f}–{kept_chat['hi']:.2f}",
-                          goal="≥ 0.95", requests=kept_chat["requests"], verdict=cell(kept_chat["verdict"])))
+                          goal="≥ 0.95", requests=kept_chat["n_units"], verdict=cell(kept_chat["verdict"])))
 crossed = {p: ld.crossover(load_table, p) for p in policies if p not in ("autoregressive", "load-adaptive")}
 engine_lines += [f"- **{p}**: goodput below autoregressive decoding's "
                  + (f"from load {x:g}." if x is not None else "at no load of the sweep.") for p, x in crossed.items()]
 display(Markdown("\n".join(engine_lines)))
 tpot_table = pd.DataFrame(tpot_rows).set_index("question")
 book.show(tpot_table, "Median TPOT of the other policy ÷ load-adaptive's, pooled over the rounds, with its 90 % "
-          "paired bootstrap interval over the requests." + footnote(tpot_table, sample="requests"),
+          "paired bootstrap interval over the distinct requests." + footnote(tpot_table, sample="requests"),
           prefill=False, digits=None)
 
 # %% [markdown]

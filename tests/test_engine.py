@@ -770,7 +770,32 @@ def test_goodput_verdicts_are_paired_and_decide_only_with_their_interval():
     v = ld.goodput_verdicts(runs(20, {"load-adaptive": set(range(0, 20, 2)), "autoregressive": set()}), slo)
     assert v.verdict.tolist() == ["fails"] and v.hi.iloc[0] < 1
     v = ld.goodput_verdicts(runs(4, {"load-adaptive": set(), "autoregressive": {1}}), slo)
-    assert v.verdict.iloc[0].startswith("unresolved")
+    assert v.verdict.iloc[0].startswith("cannot tell")
+
+
+def test_replayed_requests_do_not_narrow_the_goodput_interval():
+    """12 distinct requests replayed in 40 rounds (the defect: replays counted as requests): the interval is about
+    as wide as one round of the same 12 requests, and n_units says 12 (the size rule reads those). Resampling each
+    round's requests on their own, as before, narrowed it about √40-fold."""
+    import pandas as pd
+
+    from specdec_core.study import load as ld
+
+    miss_rate = np.random.default_rng(0).uniform(size=12)  # each request's own chance to miss the SLO under n-gram
+
+    def runs(rounds):
+        rng = np.random.default_rng(1)
+        return pd.DataFrame([dict(round=r, load=0.5, policy=p, request=j, arrival_s=float(j), error=None, ttft=0.1,
+                                  tpot=1.0 if p == "n-gram" and miss_rate[j] > 0.5 else 0.01 * (1 + rng.uniform()),
+                                  e2e=1.0)
+                             for r in range(rounds) for p in ("load-adaptive", "autoregressive", "n-gram")
+                             for j in range(12)])
+
+    slo = dict(ttft=0.5, tpot=0.1)
+    one = ld.goodput_verdicts(runs(1), slo).set_index("other").loc["n-gram"]
+    many = ld.goodput_verdicts(runs(40), slo).set_index("other").loc["n-gram"]
+    assert many.n_units == 12 and many.requests == 480
+    assert (many.hi - many.lo) == pytest.approx(one.hi - one.lo, rel=0.35)
 
 
 def test_tpot_ratios_are_paired_by_request_and_decide_only_with_their_interval():
@@ -788,13 +813,13 @@ def test_tpot_ratios_are_paired_by_request_and_decide_only_with_their_interval()
     runs = pd.DataFrame(rows)
     v = ld.tpot_ratio(runs, 0.1, "adaptive", "n-gram", goal=0.95)
     assert v["ratio"] == pytest.approx(1.05) and v["lo"] == pytest.approx(1.05) and v["hi"] == pytest.approx(1.05)
-    assert v["verdict"] == "holds" and v["requests"] == 30
+    assert v["verdict"] == "holds" and v["requests"] == 30 and v["n_units"] == 15
     assert ld.tpot_ratio(runs, 0.1, "adaptive", "ar", goal=2.5)["verdict"] == "fails"
     assert ld.tpot_ratio(runs, 0.1, "adaptive", "ar", cls="grounded")["requests"] == 10
     runs.loc[(runs.policy == "n-gram") & (runs.request == 0), "tpot"] = np.nan  # failed under one policy
     assert ld.tpot_ratio(runs, 0.1, "adaptive", "n-gram")["requests"] == 28
     two = runs[runs.request < 2]
-    assert ld.tpot_ratio(two[two["round"] == 0], 0.1, "adaptive", "ar")["verdict"].startswith("unresolved")
+    assert ld.tpot_ratio(two[two["round"] == 0], 0.1, "adaptive", "ar")["verdict"].startswith("cannot tell")
     with pytest.raises(ValueError, match="no requests of"):
         ld.tpot_ratio(runs, 0.1, "adaptive", "suffix")
 

@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import copy
 
 import numpy as np
 import pandas as pd
@@ -149,6 +150,51 @@ def greedy_identity(target, requests, runs: pd.DataFrame, max_new_tokens: int) -
     return ties
 
 
+ENGINE_CONSTANTS = ("DECAY", "HELD_FLOOR", "PRIOR_TESTS")  # StepCost's constants the load-adaptive rule reads
+
+
+def with_constants(step_cost, **constants):
+    """A copy of ``step_cost`` (its measured pass times) with some of :data:`ENGINE_CONSTANTS` set, e.g.
+    ``with_constants(sc, DECAY=0.7)``; the original is left as it was."""
+    unknown = set(constants) - set(ENGINE_CONSTANTS)
+    if unknown:
+        raise ValueError(f"with_constants: {sorted(unknown)} are not engine constants ({', '.join(ENGINE_CONSTANTS)})")
+    sc = copy.deepcopy(step_cost)
+    for name, value in constants.items():
+        setattr(sc, name, value)
+    return sc
+
+
+def tune_constants(target, requests, policies: dict, grid: list[dict], loads, rate_at_saturation: float,
+                   max_batch: int, max_new_tokens: int, step_cost, slo: tuple[float, float], seed: int = 10_000,
+                   policy: str = "load-adaptive", progress=None) -> tuple[pd.DataFrame, dict, dict]:
+    """Choose the engine's constants on a *training* traffic mix: ``policy`` serves ``requests`` at each of
+    ``loads`` with every setting of ``grid`` (dicts of :data:`ENGINE_CONSTANTS`), on the same seeded schedules
+    (``seed``: not the evaluation's), and the setting with the highest mean goodput wins (the first in ``grid`` on a
+    tie). The SLOs are ``slo`` = (TTFT, TPOT) multiples of autoregressive decoding's medians on this mix at the
+    lowest of ``loads`` (:func:`slo_from`). Returns the table (one row per setting: goodput at each load and their
+    mean), the chosen setting, and the SLOs in seconds."""
+    if not grid:
+        raise ValueError("tune_constants: an empty grid chooses nothing")
+    base = load_sweep(target, requests, {"autoregressive": policies["autoregressive"]}, loads, rate_at_saturation,
+                      max_batch, max_new_tokens, seed=seed)
+    slo_s = slo_from(base, *slo)
+    rows = []
+    bar = progress(total=len(grid), desc="tuning on the training mix") if progress else None
+    for constants in grid:
+        runs = load_sweep(target, requests, {policy: policies[policy]}, loads, rate_at_saturation, max_batch,
+                          max_new_tokens, seed=seed, step_cost=with_constants(step_cost, **constants))
+        t = summary(runs, slo_s).set_index("load").goodput
+        rows.append({**constants, **{f"goodput at {x:g}": float(t[x]) for x in t.index},
+                     "mean goodput": float(t.mean())})
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    table = pd.DataFrame(rows)
+    return table, dict(grid[int(table["mean goodput"].to_numpy().argmax())]), slo_s
+
+
 def slo_from(runs: pd.DataFrame, ttft: float, tpot: float, baseline: str = "autoregressive") -> dict:
     """Goodput's SLOs as multiples of ``baseline``'s median TTFT and TPOT at the lowest load (seconds)."""
     low = runs[(runs.policy == baseline) & (runs.load == runs.load.min())]
@@ -158,13 +204,16 @@ def slo_from(runs: pd.DataFrame, ttft: float, tpot: float, baseline: str = "auto
 def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive", baseline: str = "autoregressive",
                      share: float = 0.95, level: float = 0.9, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """At each load, ``policy``'s goodput ÷ each other policy's, pooled over rounds (requests meeting every SLO ÷
-    the rounds' summed spans, as :func:`summary` counts them), with a ``level`` bootstrap interval: the requests of a
-    round resampled with replacement, the same draw for both policies (they served the same requests on the same
-    schedule), each round's span kept. The verdict against ``share`` (``baseline``: against 1, at least its
-    goodput): ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high end stays below,
-    else ``"undecided"``; :func:`~specdec_core.study.report.judged` on the requests per cell. ``policy_met`` and
-    ``other_met``: how many of the ``requests`` met every SLO under each (where both met it for the same requests,
-    the ratio is only their spans', and a goal of 1 can stay undecided at equal goodput)."""
+    the rounds' summed spans, as :func:`summary` counts them), with a ``level`` bootstrap interval over distinct
+    requests: a request is resampled with all its rounds (a cluster, :func:`~specdec_core.study.protocol.
+    cluster_bootstrap`'s rule), the same draw for both policies (they served the same requests on the same
+    schedule), each round's span kept. Replaying a request in more rounds does not narrow the interval as more
+    distinct requests would. The verdict against ``share`` (``baseline``: against 1, at least its goodput):
+    ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high end stays below, else
+    ``"undecided"``; :func:`~specdec_core.study.report.judged` on the distinct requests (``n_units``; ``requests``
+    counts every served one). ``policy_met`` and ``other_met``: how many served requests met every SLO under each
+    (where both met it for the same requests, the ratio is only their spans', and a goal of 1 can stay undecided at
+    equal goodput)."""
     rng = np.random.default_rng(seed)
     rows = []
     for load, at in runs.groupby("load", sort=True):
@@ -180,8 +229,8 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
         if policy not in met:
             continue
         rounds, n = met[policy].shape
-        draws = rng.integers(0, n, size=(n_boot, rounds, n))  # request indices per round, shared by both policies
-        pick = lambda m: np.take_along_axis(np.broadcast_to(m, draws.shape), draws, axis=2).sum(axis=(1, 2))  # noqa: E731
+        draws = rng.integers(0, n, size=(n_boot, n))  # distinct requests, each with all its rounds, shared by both
+        pick = lambda m: m.sum(axis=0)[draws].sum(axis=1)  # noqa: E731 (a request's SLOs met, over its rounds)
         for other in [p for p in met if p != policy]:
             goal = 1.0 if other == baseline else share
             a, b = met[policy].sum() / span[policy], met[other].sum() / span[other]
@@ -191,32 +240,40 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
             lo, hi = _interval(boot, level) if boot.size else (np.nan, np.nan)
             rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
-                             policy_met=int(met[policy].sum()), other_met=int(met[other].sum()),
-                             verdict=_verdict(lo, hi, goal, rounds * n)))
+                             n_units=n, policy_met=int(met[policy].sum()), other_met=int(met[other].sum()),
+                             verdict=_verdict(lo, hi, goal, n)))
     return pd.DataFrame(rows)
 
 
 def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: str | None = None, goal: float = 1.0,
                level: float = 0.9, n_boot: int = 2000, seed: int = 0) -> dict:
     """At ``load`` (requests of class ``cls``, or all): ``other``'s median TPOT ÷ ``policy``'s (above 1: ``policy``
-    is that many times faster per token), pooled over rounds, with a ``level`` bootstrap interval that resamples the
-    (round, request) pairs, the same draw for both policies (they served the same requests on the same schedule),
-    and its verdict against ``goal``: ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high
-    end stays below, else ``"undecided"``. A request that failed under either policy is left out of both."""
+    is that many times faster per token), pooled over rounds, with a ``level`` bootstrap interval over distinct
+    requests (each resampled with all its rounds), the same draw for both policies (they served the same requests
+    on the same schedule), and its verdict against ``goal`` over the distinct requests: ``"holds"`` when the
+    interval's low end reaches it, ``"fails"`` when its high end stays below, else ``"undecided"``. A request that
+    failed under either policy is left out of both."""
     at = runs[(runs.load == load) & (runs.policy.isin([policy, other]))]
     if cls is not None:
         at = at[at.cls == cls]
     t = at.pivot_table(index=["round", "request"], columns="policy", values="tpot", aggfunc="first")
     if policy not in t or other not in t:
         raise ValueError(f"tpot_ratio: no requests of {policy!r} and {other!r} at load {load!r}")
-    t = t[[policy, other]].dropna().to_numpy()
+    t = t[[policy, other]].dropna()
     if not len(t):
         raise ValueError(f"tpot_ratio: no request at load {load!r} finished under both {policy!r} and {other!r}")
-    draws = np.random.default_rng(seed).integers(0, len(t), size=(n_boot, len(t)))
-    boot = np.median(t[draws, 1], axis=1) / np.median(t[draws, 0], axis=1)
+    ids = t.index.get_level_values("request").to_numpy()
+    keys = np.unique(ids)
+    members = [np.flatnonzero(ids == k) for k in keys]  # each distinct request's rows (its rounds)
+    t = t.to_numpy()
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_boot)
+    for i in range(n_boot):
+        rows = np.concatenate([members[j] for j in rng.integers(0, len(keys), len(keys))])
+        boot[i] = np.median(t[rows, 1]) / np.median(t[rows, 0])
     lo, hi = _interval(boot, level)
     return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
-                verdict=_verdict(lo, hi, goal, len(t)))
+                n_units=len(keys), verdict=_verdict(lo, hi, goal, len(keys)))
 
 
 def _interval(boot: np.ndarray, level: float) -> tuple[float, float]:
@@ -229,7 +286,7 @@ def _interval(boot: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def _verdict(lo: float, hi: float, goal: float, n: int) -> str:
-    """A ratio's verdict against ``goal`` from its interval ``lo``–``hi`` over ``n`` requests: ``"holds"`` when the
+    """A ratio's verdict against ``goal`` from its interval ``lo``–``hi`` over ``n`` distinct requests: ``"holds"`` when the
     low end reaches the goal, ``"fails"`` when the high end stays below, else ``"undecided"`` (``"not measured"``
     without an interval); :func:`~specdec_core.study.report.judged` on ``n``."""
     word = ("not measured" if np.isnan(lo) else "holds" if lo >= goal else "fails" if hi < goal else "undecided")

@@ -30,14 +30,25 @@ from .bench import per_token_latency
 from .profiling import at_context, pass_fn, summarize, time_interleaved
 
 
-def batch_prompts(encoded: list[torch.Tensor], B: int) -> list[torch.Tensor]:
-    """The first B prompts of ``encoded``, cycling through it when B is larger."""
-    return [encoded[i % len(encoded)] for i in range(B)]
+def batch_prompts(encoded: list[torch.Tensor], B: int, batch: int = 0) -> list[torch.Tensor]:
+    """Batch number ``batch`` of size B from the pool ``encoded``: the B prompts from position ``batch · B`` on,
+    cycling through the pool. Every B draws from the same pool, so B = 1's batches are several prompts, not one."""
+    return [encoded[(batch * B + i) % len(encoded)] for i in range(B)]
+
+
+def batch_indices(n_pool: int, B: int, batch: int = 0) -> list[int]:
+    """The pool positions of :func:`batch_prompts`' rows (to check each row against its own prompt)."""
+    return [(batch * B + i) % n_pool for i in range(B)]
 
 
 def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], batch_sizes: list[int],
-                 max_new_tokens: int, repeats: int = 2, warmup: int = 1, progress=None) -> pd.DataFrame:
-    """One row per (repeat, B, method) call of :func:`~specdec_core.serving.generate_batch` (greedy).
+                 max_new_tokens: int, repeats: int = 1, warmup: int = 1, progress=None,
+                 batches: int = 1) -> pd.DataFrame:
+    """One row per (repeat, batch, B, method) call of :func:`~specdec_core.serving.generate_batch` (greedy).
+
+    ``batches``: distinct batches at each B (:func:`batch_prompts`: the pool's prompts taken B at a time), the units
+    a comparison at one B, or a trend over B, rests on; ``repeats``: rounds over all of them (the same batches again:
+    timing noise, not new units).
 
     ``methods``: name → ``generate_batch`` keyword arguments (``method``, ``drafter``, ``k``); a method whose
     arguments hold ``single=True`` is instead :func:`~specdec_core.generate` on the one prompt (B = 1 only),
@@ -50,9 +61,9 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
     method decoded the same text).
     """
 
-    def call(name, B):
+    def call(name, B, batch=0):
         kw = dict(methods[name])
-        prompts = batch_prompts(encoded, B)
+        prompts = batch_prompts(encoded, B, batch)
         timer = Timer(None)
         t = timer.now()
         in_turn, _ = kw.pop("one_at_a_time", False), kw.pop("at", None)
@@ -84,11 +95,11 @@ def time_batches(target, encoded: list[torch.Tensor], methods: dict[str, dict], 
     for _ in range(warmup):
         for name in dict.fromkeys(n for n, _ in plan):
             call(name, min(batch_sizes))
-    rows, it = [], range(repeats)
-    for rep in (progress(it, desc="repeats") if progress else it):
-        shift = rep % len(plan)
+    rows, it = [], [(rep, b) for rep in range(repeats) for b in range(batches)]
+    for i, (rep, b) in enumerate(progress(it, desc="batches") if progress else it):
+        shift = i % len(plan)
         for name, B in plan[shift:] + plan[:shift]:
-            rows.append(dict(call(name, B), repeat=rep))
+            rows.append(dict(call(name, B, b), repeat=rep, batch=b))
     return pd.DataFrame(rows)
 
 
