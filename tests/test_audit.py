@@ -141,3 +141,19 @@ def test_the_audit_catches_a_decoder_that_ignores_the_setting(toy8):
 
     table = ex.audit(deaf, toy8, [PROMPT], SETTINGS, N, LENGTH, alpha=ALPHA, name="deaf")
     assert table.set_index("setting").passed.to_dict() == {"T=1": True, "T=0.7, top-k=4": False, "top-p=0.9": False}
+
+
+def test_a_row_without_power_never_reads_pass():
+    """A row the test could not have failed (power below 0.5 against the weakest known mutant, or unknown) is not a
+    pass: it says "no verdict" with its power; a rejected row fails whatever its power. The mutant, "pass" for every
+    row not rejected (the rule it replaced), is what the counts below would catch."""
+    import pandas as pd
+
+    from specdec_core.study import exactness as ex
+
+    table = pd.DataFrame(dict(passed=[True, True, True, False, True], power=[0.9, 0.00056, 0.49, 0.01, float("nan")]))
+    table["verdict"] = ex.audit_verdicts(table)
+    assert table.verdict.tolist() == ["pass", "no verdict (power 0.00056)", "no verdict (power 0.49)", "FAIL",
+                                      "no verdict (power not known)"]
+    assert not ((table.power < ex.POWER_MIN) & (table.verdict == "pass")).any()
+    assert ex.audit_counts(table) == "1 of 5 rows pass, 3 have no verdict (power below 0.5), 1 fail"

@@ -549,7 +549,8 @@ def _knobs(setting: dict) -> dict:
 def _verdicts(table, alpha: float, against: dict | None):
     """Holm over the table's rows; each row's ``power`` against the known mutants of its setting (``against``: setting
     → divergence, or setting → {mutant: divergence}) at Holm's strictest level, α / rows: the smallest, with the
-    mutant it is against (``against``, ``against_divergence``); and the verdict ``passed`` = ``p_holm >= alpha``.
+    mutant it is against (``against``, ``against_divergence``); ``passed`` = ``p_holm >= alpha`` (not rejected); and
+    ``verdict`` (:func:`audit_verdict`): "pass" only with power at least 0.5, else "no verdict (power …)".
     A two-sample row (a real pair) has noncentrality (n / 2) · divergence, its divergence taken against the pooled
     law (:func:`audit`)."""
     table["p_holm"] = holm(table.p)
@@ -565,7 +566,36 @@ def _verdicts(table, alpha: float, against: dict | None):
     table["against"] = [f[1] for f in found]
     table["against_divergence"] = [f[2] for f in found]
     table["passed"] = table.p_holm >= alpha
+    table["verdict"] = audit_verdicts(table)
     return table
+
+
+POWER_MIN = 0.5  # below this power against the weakest known mutant, a row that is not rejected has no verdict
+
+
+def audit_verdict(passed: bool, power: float) -> str:
+    """A row's word: ``"FAIL"`` where the test rejected; ``"pass"`` only where it did not and had power at least
+    :data:`POWER_MIN` against the weakest known mutant of its setting; else ``"no verdict (power 0.008)"``: a test
+    that could not have failed says nothing by not failing."""
+    if not passed:
+        return "FAIL"
+    if power == power and power >= POWER_MIN:
+        return "pass"
+    return f"no verdict (power {power:.2g})" if power == power else "no verdict (power not known)"
+
+
+def audit_verdicts(table) -> list[str]:
+    """:func:`audit_verdict` of every row of an audit table (columns ``passed``, ``power``): call it again after
+    changing a row's power."""
+    return [audit_verdict(bool(r.passed), float(r.power)) for r in table.itertuples()]
+
+
+def audit_counts(table) -> str:
+    """``'4 of 18 rows pass, 14 have no verdict (power below 0.5), 0 fail'``: an audit table's rows by verdict."""
+    v = table.verdict.astype(str)
+    n_pass, n_fail = int((v == "pass").sum()), int((v == "FAIL").sum())
+    return (f"{n_pass} of {len(v)} rows pass, {len(v) - n_pass - n_fail} have no verdict (power below {POWER_MIN:g}), "
+            f"{n_fail} fail")
 
 
 def _continuations(runner, ids: torch.Tensor, setting: dict, n: int, length: int, seed: int, name: str) -> np.ndarray:
