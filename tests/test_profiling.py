@@ -167,6 +167,16 @@ def test_ceilings_and_profiler_report_what_they_promise():
     assert prof.set_index("op").loc["aten::mm", "calls"] == 1
 
 
+def test_a_ceiling_below_a_measured_rate_fails_the_check():
+    """Chapter 1's check: the best rate measured is the ceiling, so any rate above it is an error (the defect: an
+    MKL peak at n = 2048 of 221 GFLOP/s under matmuls that ran at 409)."""
+    rates = [("MKL square matmul", 221.0), ("bare matmuls, T = 256", 409.0)]
+    with pytest.raises(AssertionError, match="bare matmuls, T = 256 409"):
+        pf.check_ceiling(rates, 221.0)
+    table = pf.check_ceiling(rates, 409.0)
+    assert table.of_ceiling.tolist() == pytest.approx([221 / 409, 1.0])
+
+
 class _NumpyLinear(torch.nn.Linear):
     """A linear layer whose product runs outside torch's operators (as a compiled kernel called from Python does):
     the profiler has no operator to show for it."""

@@ -168,6 +168,21 @@ def copy_bandwidth(nbytes: int = 512 << 20, device: torch.device | str = "cpu",
                 seconds_median=float(t.median()))
 
 
+def check_ceiling(rates, ceiling: float, unit: str = "GFLOP/s"):
+    """Assert that no measured rate exceeds ``ceiling``: a ceiling below a measurement is no ceiling (take the best
+    measured rate as the ceiling instead). ``rates``: a table with columns ``what`` and ``gflops`` (or (what, rate)
+    pairs); returns it as a table with ``of_ceiling``, each rate's share of the ceiling."""
+    import pandas as pd
+
+    table = rates if isinstance(rates, pd.DataFrame) else pd.DataFrame(list(rates), columns=["what", "gflops"])
+    table = table.assign(of_ceiling=table.gflops / ceiling)
+    beyond = table[table.gflops > ceiling * (1 + 1e-9)]
+    if len(beyond):
+        raise AssertionError(f"measured rates above the ceiling ({ceiling:.0f} {unit}): "
+                             + "; ".join(f"{r.what} {r.gflops:.0f}" for r in beyond.itertuples()))
+    return table
+
+
 def matmul_peak(n: int = 2048, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                 repeats: int = 5) -> dict:
     """``C = A @ B`` with square ``n × n`` operands in ``dtype``: ``2 n³`` FLOPs per run.
