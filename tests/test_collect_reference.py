@@ -58,7 +58,8 @@ def test_the_readme_block_is_written_from_the_run(tmp_path):
     (build / "06_speedup").mkdir(parents=True)
     (build / "timings.csv").write_text(whole_run())
     (build / "06_speedup" / "overall.csv").write_text(
-        "runner,median,q25,q75,n,temperature\nlinear (n-gram),1.17,1.08,1.30,12,0.0\nhf generate,0.98,0.96,1.04,3,0.0\n")
+        "runner,median,q25,q75,n,temperature,p,power,n_tell\nlinear (n-gram),1.17,1.08,1.30,12,0.0,0.001,0.9,8\n"
+        "hf generate,0.98,0.96,1.04,3,0.0,0.75,0.0,9\n")
     readme.write_text("# x\n<!-- RESULTS:START -->\nhand-written numbers\n<!-- RESULTS:END -->\nrest\n")
     proc = collect(build, dest, readme=readme)
     assert proc.returncode == 0, proc.stderr
@@ -66,7 +67,7 @@ def test_the_readme_block_is_written_from_the_run(tmp_path):
     assert "hand-written" not in text and text.endswith("<!-- RESULTS:END -->\nrest\n")
     assert "commit `abc123` on AMD EPYC, 2 cores, 2026-12-03" in text
     assert "| linear (n-gram) | 1.17× (1.08–1.30) |" in text
-    assert "linear (n-gram): 1.17× (IQR 1.08–1.30, 12 pairs): faster" in text
+    assert "linear (n-gram)'s: 1.17× (IQR 1.08–1.30, 12 prompts): faster" in text  # Holm over its column: 0.001
     readme.write_text("no markers\n")
     proc = collect(build, dest, readme=readme)
     assert proc.returncode != 0 and "RESULTS:START" in proc.stderr
