@@ -50,6 +50,7 @@ import torch
 from IPython.display import display
 
 import specdec_core as sd
+from specdec_core.decode import eos_ids
 from specdec_core.lm import CachedLM
 from specdec_core.sampling import SamplingParams
 from specdec_core.tools import book
@@ -62,6 +63,15 @@ pair, out = ch.pair, ch.out
 drafter_name = "model" if "model" in pair.drafters else "ngram"
 target, draft_model = pair.target, pair.drafters[drafter_name]
 ids = pair.encode_chat(prompt)
+eos = eos_ids(target)  # the end-of-text token(s): decoding stops there, as generate does
+
+
+def through_eos(tokens):
+    """The tokens up to and including the first end-of-text token."""
+    ends = [i for i, t in enumerate(tokens) if t in eos]
+    return tokens[:ends[0] + 1] if ends else tokens
+
+
 print(ch)
 print(f"{ids.numel()} prompt tokens: {prompt!r}")
 
@@ -79,7 +89,7 @@ print(f"{ids.numel()} prompt tokens: {prompt!r}")
 def autoregressive(prompt, n):
     lm = CachedLM(target, prompt.numel() + n)
     out = [int(lm.forward(prompt)[-1].argmax())]          # prefill: the whole prompt, one pass
-    while len(out) < n:
+    while len(out) < n and out[-1] not in eos:            # until n tokens, or the end-of-text token
         logits = lm.forward(torch.tensor(out[-1:]))          # one pass over one token ...
         out.append(int(logits[-1].argmax()))                 # ... gives one new token
     return out
@@ -99,7 +109,7 @@ def speculative(prompt, n, k):
     draft.reset(prompt, prompt.numel() + n + k)
     out = [int(lm.forward(prompt)[-1].argmax())]               # prefill, as before
     steps = []
-    while len(out) < n:
+    while len(out) < n and not eos.intersection(out):
         seq = prompt.tolist() + out
         guess = draft.propose(seq, k, SamplingParams(), None)     # 1. draft: k cheap guesses
         t_verify = time.perf_counter()
@@ -111,7 +121,7 @@ def speculative(prompt, n, k):
         out += new.tolist()
         steps.append(dict(context=seq, drafted=guess.tokens.tolist(), accepted=kept, target=int(new[-1]),
                           t_verify=t_verify, t_end=time.perf_counter()))
-    return out[:n], steps
+    return through_eos(out[:n]), steps
 
 # %% [markdown]
 # Both loops run on the same prompt. Each is timed pass by pass, so we can draw them later. The check under
