@@ -111,7 +111,8 @@ def test_the_headline_says_what_each_figure_counts():
     v = pd.read_csv(ref / "01_bottleneck" / "verdict.csv")
     assert headline.bar_verdict(v[v["T"] > 1]) in block  # the reference's own T, each named
     assert "grid points equal" not in block and "checked at every step" in block
-    assert "t-approximation" in block or "exact permutation" in block
+    trend = pd.read_csv(ref / "09_serving" / "trend_vs_batch.csv")
+    assert all(headline.trend_p_method(r) in block for _, r in trend.iterrows())  # how each p was computed, named
 
 
 def test_the_block_names_the_grounded_and_the_engine_results(tmp_path):

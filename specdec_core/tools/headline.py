@@ -325,7 +325,7 @@ def grounded_lines(ref: Path) -> list[str]:
             parts.append(f"{family} {g.iloc[0].runner} {_ratio(g.iloc[0], g)}")
     if not parts and not fixed:
         return []
-    best = ("the highest median on the evaluation prompts, picked there and so Holm-adjusted over every method of "
+    best = ("The highest median on the evaluation prompts, picked there and so Holm-adjusted over every method of "
             "its family: " + "; ".join(parts)) if parts else ""
     return ["**Where speculation pays** (chapter 11, greedy; median paired ratio against autoregressive decoding): "
             + ". ".join(x for x in ("; ".join(fixed), best) if x) + "."]
