@@ -128,14 +128,6 @@ family |= {"hf assisted": FAMILY["model"], "hf prompt lookup": FAMILY["ngram"],
            "hf generate": "no speculation (transformers' generate)"}
 
 
-def rule_note(ns, what: str = "its verdict") -> str:
-    """The verdict rule's caveat, said once under a table: the rows with fewer than MIN_PAIRS show — in place of
-    ``what``, and why (the same words as report.verdict_table's footnote)."""
-    small = sorted({int(n) for n in ns if int(n) < report.MIN_PAIRS})
-    return (f" A {report.NO_VERDICT} stands in for {what}: {report.UNRESOLVED} (n = {', '.join(map(str, small))}, "
-            f"fewer than {report.MIN_PAIRS}; the verdict rule, notation.md)." if small else "")
-
-
 for line in textwrap.wrap(str(ch), 120, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False):
     print(line)  # the set-up in lines a page shows whole
 
@@ -396,7 +388,7 @@ if "linear (draft model)" in methods:
         "theory and measurement": verdict if verdict == word else report.NO_VERDICT,
         "median per-call |error|": f"{th['per_call_abs_error_median']:.1%}",
         "one pooled α̂ would predict": f"{th['predicted_pooled']:.3f}×"}}),
-        "Theorem 3.8 against the measurement, linear SD with the draft model, greedy." + rule_note([n_calls]),
+        "Theorem 3.8 against the measurement, linear SD with the draft model, greedy." + report.rule_note([n_calls]),
         prefill=False, digits=None)
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     sns.scatterplot(data=calls, x="predicted", y="measured", hue="task", ax=ax)
@@ -489,7 +481,7 @@ if sr is not None:
     book.show(pd.DataFrame(sweep_said).set_index("method"),
               "The K of each method in the headline run, and the sweep's highest median. The column “best K” says "
               "whether another K's IQR reaches the highest median's."
-              + rule_note([r["n"] for r in sweep_said], "“best K”"), prefill=True, digits=None)
+              + report.rule_note([r["n"] for r in sweep_said], "“best K”"), prefill=True, digits=None)
 
 # %% [markdown]
 # ### The same K on training prompts and on the evaluation mix
@@ -612,7 +604,7 @@ else:
         gpu_rows.append(row)
     book.show(pd.DataFrame(gpu_rows).set_index("source").fillna(""),
               "The best K each machine's costs predict for this draft (Theorem 3.8, pooled α). Beside it: this "
-              "machine's measurement at that K in the K sweep." + rule_note(gpu_n, "“its verdict”"),
+              "machine's measurement at that K in the K sweep." + report.rule_note(gpu_n, "“its verdict”"),
               prefill=True, digits=None)
 
 # %% [markdown]

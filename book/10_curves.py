@@ -101,14 +101,6 @@ for name, why in unrunnable.items():
 real = {name: bench.stored_k(pair, spec) for name, spec in real.items() if not unrunnable[name]}
 
 
-def rule_note(ns, what: str = "a verdict") -> str:
-    """The verdict rule's caveat, said once under a table: rows with fewer than MIN_PAIRS prompts show — in place of
-    ``what``, and why."""
-    small = sorted({int(n) for n in ns if int(n) < report.MIN_PAIRS})
-    return (f" A {report.NO_VERDICT} stands in for {what}: {report.UNRESOLVED} (n = {', '.join(map(str, small))}, "
-            f"fewer than {report.MIN_PAIRS}; the verdict rule, notation.md)." if small else "")
-
-
 def small_note(n: int, what: str) -> str:
     """The same caveat for a table whose cells are choices by medians over ``n`` prompts (they stay shown)."""
     return f" {what} are medians over {n} prompts: {report.unresolved(n)}." if n < report.MIN_PAIRS else ""
@@ -531,7 +523,8 @@ display(Markdown("\n".join(said)))
 table, table_note = report.verdict_table(rows)
 book.show(table.set_index("finding").fillna(""), "The findings: tokens/s ÷ autoregressive (median, IQR over n "
           "prompts). “bar”: the speedup the check point should reach." + table_note
-          + rule_note([n for n, b in zip(table.n, table["bar reached"]) if b == report.NO_VERDICT], "“bar reached”")
+          + report.rule_note([n for n, b in zip(table.n, table["bar reached"]) if b == report.NO_VERDICT],
+                             "“bar reached”")
           if "bar reached" in table else table_note, prefill=True,
           digits=None)
 display(Markdown("*What α the shipped draft's cost needs for each speedup.*"

@@ -902,18 +902,32 @@ def test_the_latency_objective_keeps_the_rows_that_do_not_draft_from_paying_for_
 
 
 def test_a_bootstrap_interval_with_infinite_draws_is_infinite_not_nan():
-    """study.load._interval: where both neighbours of a quantile are infinite ratios (the other policy met no goal in
+    """protocol.interval (the goodput and TPOT intervals' quantiles): where both neighbours of a quantile are infinite ratios (the other policy met no goal in
     those draws), the interval's end is inf, silently, where plain interpolation warns and gives NaN."""
     import warnings
 
     import numpy as np
 
-    from specdec_core.study.load import _interval
+    from specdec_core.study.protocol import interval
 
     boot = np.array([1.0, 2.0, 3.0] + [np.inf] * 7)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        lo, hi = _interval(boot, 0.9)
+        lo, hi = interval(boot, 0.9)
     assert np.isfinite(lo) and hi == np.inf
     with np.errstate(invalid="ignore"):
         assert np.isnan(np.quantile(boot, 0.95))  # the mutant: plain interpolation
+
+
+def test_the_traffic_policies_leave_out_per_class_only_when_asked():
+    """Chapter 9's full run serves four policies (``engine_per_class: false``): the flag drops exactly "per class",
+    and the load-adaptive policy still drafts with the suffix drafter on grounded requests and prompt lookup on chat."""
+    from specdec_core.study import load as ld
+
+    ngram, suffix = object(), object()
+    full = ld.traffic_policies(ngram, suffix, 4, 32)
+    four = ld.traffic_policies(ngram, suffix, 4, 32, per_class=False)
+    assert list(full) == ["autoregressive", "n-gram, K = 4", "suffix, K ≤ 32", "per class", "load-adaptive"]
+    assert list(four) == [p for p in full if p != "per class"]
+    assert full["per class"]("grounded")["drafter"] is suffix and full["per class"]("chat")["drafter"] is ngram
+    assert four["load-adaptive"]("grounded")["drafter"] is suffix and four["load-adaptive"]("chat")["k"] == "adaptive"

@@ -106,3 +106,11 @@ def test_a_verdict_table_tests_each_row_and_says_its_test_once():
 def test_a_verdict_tables_quartile_that_rounds_to_one_keeps_a_third_decimal():
     table, _ = report.verdict_table([dict(finding="a", median=1.02, q25=1.001, q75=1.05, n=8, p=0.004, power=0.9)])
     assert table.IQR.iloc[0] == "1.001–1.05" and table.verdict.iloc[0] == "faster"
+
+
+def test_rule_note_names_only_the_sizes_below_the_rule_and_is_empty_without_them():
+    """The caveat under a table lists each small n once, sorted, and says nothing when every row is large enough."""
+    note = report.rule_note([3, 12, 3, 1], "“best K”")
+    assert "“best K”" in note and "n = 1, 3," in note and f"fewer than {report.MIN_PAIRS}" in note
+    assert "12" not in note
+    assert report.rule_note([report.MIN_PAIRS, 40]) == ""

@@ -29,7 +29,7 @@ from ..record import Timer
 from ..serving import Engine, arrivals, request_metrics
 from ..serving.metrics import PERCENTILES, meets, summarize_metrics
 from . import exactness as ex
-from . import report
+from . import protocol, report
 
 
 def _engine_run(target, requests, policy, times, max_batch, max_new_tokens, step_cost=None, concurrency=None):
@@ -121,18 +121,22 @@ def best_per_request(runs: pd.DataFrame, load: float, measure: str = "tpot") -> 
     return at.groupby(["round", "request"])[measure].min()
 
 
-def traffic_policies(ngram, suffix, k_ngram: int, k_suffix: int) -> dict:
+def traffic_policies(ngram, suffix, k_ngram: int, k_suffix: int, per_class: bool = True) -> dict:
     """Chapter 9's policies for a chat + input-grounded mix (name → function of the request's class): autoregressive;
     prompt lookup at ``k_ngram``; the suffix drafter capped at ``k_suffix``; per class (suffix for grounded requests,
-    prompt lookup for chat); load-adaptive (the same drafters, ``k="adaptive"``)."""
+    prompt lookup for chat; left out when ``per_class`` is false); load-adaptive (the same drafters,
+    ``k="adaptive"``)."""
     lookup = dict(method="linear", drafter=ngram, k=k_ngram)
     copying = dict(method="linear", drafter=suffix, k=k_suffix)
-    return {"autoregressive": lambda cls: {},
-            f"n-gram, K = {k_ngram}": lambda cls: lookup,
-            f"suffix, K ≤ {k_suffix}": lambda cls: copying,
-            "per class": lambda cls: copying if cls == "grounded" else lookup,
-            "load-adaptive": lambda cls: dict(method="linear", drafter=suffix if cls == "grounded" else ngram,
-                                              k="adaptive")}
+    policies = {"autoregressive": lambda cls: {},
+                f"n-gram, K = {k_ngram}": lambda cls: lookup,
+                f"suffix, K ≤ {k_suffix}": lambda cls: copying,
+                "per class": lambda cls: copying if cls == "grounded" else lookup,
+                "load-adaptive": lambda cls: dict(method="linear", drafter=suffix if cls == "grounded" else ngram,
+                                                  k="adaptive")}
+    if not per_class:
+        del policies["per class"]
+    return policies
 
 
 def greedy_identity(target, requests, runs: pd.DataFrame, max_new_tokens: int) -> list[tuple]:
@@ -206,7 +210,7 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
     """At each load, ``policy``'s goodput ÷ each other policy's, pooled over rounds (requests meeting every SLO ÷
     the rounds' summed spans, as :func:`summary` counts them), with a ``level`` bootstrap interval over distinct
     requests: a request is resampled with all its rounds (a cluster, :func:`~specdec_core.study.protocol.
-    cluster_bootstrap`'s rule), the same draw for both policies (they served the same requests on the same
+    cluster_resamples`), the same draw for both policies (they served the same requests on the same
     schedule), each round's span kept. Replaying a request in more rounds does not narrow the interval as more
     distinct requests would. The verdict against ``share`` (``baseline``: against 1, at least its goodput):
     ``"holds"`` when the interval's low end reaches it, ``"fails"`` when its high end stays below, else
@@ -214,7 +218,6 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
     counts every served one). ``policy_met`` and ``other_met``: how many served requests met every SLO under each
     (where both met it for the same requests, the ratio is only their spans', and a goal of 1 can stay undecided at
     equal goodput)."""
-    rng = np.random.default_rng(seed)
     rows = []
     for load, at in runs.groupby("load", sort=True):
         met, span = {}, {}
@@ -229,15 +232,16 @@ def goodput_verdicts(runs: pd.DataFrame, slo: dict, policy: str = "load-adaptive
         if policy not in met:
             continue
         rounds, n = met[policy].shape
-        draws = rng.integers(0, n, size=(n_boot, n))  # distinct requests, each with all its rounds, shared by both
-        pick = lambda m: m.sum(axis=0)[draws].sum(axis=1)  # noqa: E731 (a request's SLOs met, over its rounds)
+        # distinct requests, each with all its rounds (its SLOs met, summed over them), the same draws for both
+        draws = np.array(list(protocol.cluster_resamples(range(n), n_boot, seed)))
+        pick = lambda m: m.sum(axis=0)[draws].sum(axis=1)  # noqa: E731
         for other in [p for p in met if p != policy]:
             goal = 1.0 if other == baseline else share
             a, b = met[policy].sum() / span[policy], met[other].sum() / span[other]
             with np.errstate(divide="ignore", invalid="ignore"):
                 boot = (pick(met[policy]) / span[policy]) / (pick(met[other]) / span[other])
             boot = boot[~np.isnan(boot)]
-            lo, hi = _interval(boot, level) if boot.size else (np.nan, np.nan)
+            lo, hi = protocol.interval(boot, level) if boot.size else (np.nan, np.nan)
             rows.append(dict(load=load, other=other, goal=goal, policy_goodput=a, other_goodput=b,
                              ratio=a / b if b else (np.inf if a else np.nan), lo=lo, hi=hi, requests=rounds * n,
                              n_units=n, policy_met=int(met[policy].sum()), other_met=int(met[other].sum()),
@@ -262,27 +266,13 @@ def tpot_ratio(runs: pd.DataFrame, load: float, policy: str, other: str, cls: st
     t = t[[policy, other]].dropna()
     if not len(t):
         raise ValueError(f"tpot_ratio: no request at load {load!r} finished under both {policy!r} and {other!r}")
-    ids = t.index.get_level_values("request").to_numpy()
-    keys = np.unique(ids)
-    members = [np.flatnonzero(ids == k) for k in keys]  # each distinct request's rows (its rounds)
+    ids = t.index.get_level_values("request").to_numpy()  # each distinct request is a cluster of its rounds
     t = t.to_numpy()
-    rng = np.random.default_rng(seed)
-    boot = np.empty(n_boot)
-    for i in range(n_boot):
-        rows = np.concatenate([members[j] for j in rng.integers(0, len(keys), len(keys))])
-        boot[i] = np.median(t[rows, 1]) / np.median(t[rows, 0])
-    lo, hi = _interval(boot, level)
+    lo, hi = protocol.cluster_bootstrap(t, ids, stat=lambda r: np.median(r[:, 1]) / np.median(r[:, 0]),
+                                        resamples=n_boot, level=level, seed=seed)
+    n_units = len(set(ids.tolist()))
     return dict(ratio=float(np.median(t[:, 1]) / np.median(t[:, 0])), lo=float(lo), hi=float(hi), requests=len(t),
-                n_units=len(keys), verdict=_verdict(lo, hi, goal, len(keys)))
-
-
-def _interval(boot: np.ndarray, level: float) -> tuple[float, float]:
-    """The central ``level`` interval of bootstrap ratios, some of which may be infinite (a policy that met no goal in
-    a draw): between two infinite draws the quantile is infinite, where interpolation would give inf − inf = NaN."""
-    with np.errstate(invalid="ignore"):
-        q = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    lo, hi = (np.inf if np.isnan(x) else float(x) for x in q)
-    return lo, hi
+                n_units=n_units, verdict=_verdict(lo, hi, goal, n_units))
 
 
 def _verdict(lo: float, hi: float, goal: float, n: int) -> str:

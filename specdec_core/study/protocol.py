@@ -185,16 +185,31 @@ def decide(median: float, p_adjusted: float, power_: float, n_tell: int | None =
     return CANNOT_TELL + (f" (about {int(n_tell)} prompts would tell)" if n_tell else "")
 
 
+def cluster_resamples(clusters, resamples: int = 2000, seed: int = 0):
+    """Row indices of ``resamples`` bootstrap draws that resample whole clusters (a request with all its replays, a
+    prompt with all its repeats), one array a draw: the rows of each drawn cluster, clusters in order of first
+    appearance. Every interval over clusters in the book draws through here."""
+    c = np.asarray(list(clusters), dtype=object)
+    members = [np.flatnonzero(c == k) for k in dict.fromkeys(c.tolist())]
+    rng = np.random.default_rng(seed)
+    for _ in range(resamples):
+        yield np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])
+
+
+def interval(draws, level: float = 0.95) -> tuple[float, float]:
+    """The central ``level`` percentile interval of bootstrap draws, some of which may be infinite (a ratio whose
+    denominator was 0 in a draw): between two infinite draws the quantile is infinite, where interpolation would
+    give inf − inf = NaN."""
+    with np.errstate(invalid="ignore"):
+        q = np.quantile(np.asarray(draws, dtype=float), [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = (np.inf if np.isnan(x) else float(x) for x in q)
+    return lo, hi
+
+
 def cluster_bootstrap(values, clusters, stat=np.median, resamples: int = 2000, level: float = 0.95,
                       seed: int = 0) -> tuple[float, float]:
-    """A percentile interval for ``stat(values)`` that resamples whole clusters (a request with all its replays,
-    a prompt with all its repeats): the interval measures how units differ, not how replays of one unit do."""
-    v = np.asarray(list(values), dtype=float)
-    c = np.asarray(list(clusters), dtype=object)
-    keys = list(dict.fromkeys(c.tolist()))
-    groups = [v[c == k] for k in keys]
-    rng = np.random.default_rng(seed)
-    draws = [stat(np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))]))
-             for _ in range(resamples)]
-    lo, hi = np.percentile(draws, [50 * (1 - level), 50 * (1 + level)])
-    return float(lo), float(hi)
+    """A percentile interval for ``stat(values)`` that resamples whole clusters (:func:`cluster_resamples`): the
+    interval measures how units differ, not how replays of one unit do. ``values`` may be 2-D (one row per value,
+    ``stat`` a function of the drawn rows, for a paired statistic)."""
+    v = np.asarray(values, dtype=float)
+    return interval([stat(v[rows]) for rows in cluster_resamples(clusters, resamples, seed)], level)

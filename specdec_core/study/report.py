@@ -130,6 +130,14 @@ def shown(table, digits: int = 3, blank: str = "—"):
 NO_VERDICT = "—"  # a verdict cell without a test (one unit, or a summary with no p-value)
 
 
+def rule_note(ns, what: str = "its verdict", unit: str = "n") -> str:
+    """The verdict rule's caveat, said once under a table: the rows whose sample sizes ``ns`` fall below
+    :data:`MIN_PAIRS` show :data:`NO_VERDICT` in place of ``what``, and why; empty when none does."""
+    small = sorted({int(n) for n in ns if int(n) < MIN_PAIRS})
+    return (f" A {NO_VERDICT} stands in for {what}: {UNRESOLVED} ({unit} = {', '.join(map(str, small))}, "
+            f"fewer than {MIN_PAIRS}; the verdict rule, notation.md)." if small else "")
+
+
 def verdict_table(rows, unit: str = "prompts"):
     """Findings as a small table, and the footnote that goes under it.
 
