@@ -51,6 +51,7 @@ engine_floors = [0, 1]         # candidates for StepCost.HELD_FLOOR, the draft t
 engine_priors = [1, 4]         # candidates for StepCost.PRIOR_TESTS, the pseudo-tests an octave's rates shrink with
 engine_share = 0.5             # their input-grounded share (0: the chat mix alone)
 engine_loads = [0.15, 0.6, 1.2]  # arrival rates as fractions of autoregressive decoding's saturation throughput
+engine_per_class = True        # serve the "per class" policy too (suffix on grounded requests, prompt lookup on chat)
 engine_max_batch = 8           # the engine's rows (vLLM's max_num_seqs)
 engine_max_new_tokens = 96     # per request
 engine_repeats = 1             # rounds of the load sweep (each draws new schedules, replayed for every policy):
@@ -309,11 +310,12 @@ display(crossing)
 # same requests. The requests mix chat prompts with input-grounded ones (chapter 11's family): `engine_requests`
 # distinct evaluation prompts, each served once per policy and load. Every interval below resamples those requests.
 #
-# Five policies serve the same traffic:
+# Up to five policies serve the same traffic:
 # - **Autoregressive** decoding, the baseline.
 # - **Prompt lookup** at chapter 6's K.
 # - **The suffix drafter**, its steps capped at `k_suffix`.
-# - **Per class**: suffix for input-grounded requests, prompt lookup for chat.
+# - **Per class**: suffix for input-grounded requests, prompt lookup for chat. The full run leaves it out to fit
+#   its time (`engine_per_class`).
 # - **Load-adaptive**: the same drafters, but the engine chooses each row's K every step, 0 included.
 #
 # The load-adaptive choice reads a measured cost model of the step and the row's running acceptance. The section
@@ -360,7 +362,8 @@ print(f"autoregressive saturation: {saturation:.2f} requests/s at {engine_max_ba
 # %% tags=["hide-input"]
 import itertools
 
-policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix)
+policies = ld.traffic_policies(pair.drafters["ngram"], sd.SuffixDrafter(learn=False), k_ngram, k_suffix,
+                               per_class=engine_per_class)
 train_saturation = ld.saturation(pair.target, train_mix, engine_max_batch, engine_max_new_tokens)
 grid = [dict(DECAY=d, HELD_FLOOR=f, PRIOR_TESTS=p)
         for d, f, p in itertools.product(engine_decays, engine_floors, engine_priors)]
