@@ -412,3 +412,14 @@ def test_generate_batch_refuses_what_it_cannot_do(toy16):
         with pytest.raises(ValueError, match=f"{name}=.*{BATCH_REFUSES[name][:20]}"):
             sd.generate_batch(toy16.target, [[1, 2, 3]], drafter=toy16.drafters["model"], method="linear",
                               max_new_tokens=4, **{name: value})
+
+
+def test_no_calibration_date_in_the_shipped_drafts():
+    """A calibration is described by what it ran on (prompts, tokens, machine), never by when: no shipped draft's
+    files carry a date (the run records in data/reference/book/timings.csv are the one place for dates)."""
+    import re
+
+    date = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+    for path in sorted((REPO_ROOT / "data" / "drafts").rglob("*")):
+        if path.suffix in (".json", ".md"):
+            assert not date.search(path.read_text()), f"{path.relative_to(REPO_ROOT)} names a date"

@@ -247,7 +247,7 @@ def calibration_lines(folder: Path = shipped.MODEL_DRAFT) -> list[str]:
     return ["", "## Confidence threshold (`confidence=\"auto\"`)",
             f"`confidence.json` (listed in `SHA256SUMS`): the θ `generate(..., confidence=\"auto\")` uses, chosen by "
             f"`scripts/calibrate_confidence.py` on {rec['prompts']} held-out training prompts ({rec['max_new_tokens']} "
-            f"tokens, greedy, one interleaved run, {rec.get('date', '')}; the eval mix is not read): "
+            "tokens, greedy, one interleaved run; the eval mix is not read): "
             + "; ".join(f"{d}: θ = {v} ({t[f'{d}, θ={v}']['median']:.2f}× over autoregressive, up to "
                         f"{rec['k_max']} tokens a step)" for d, v in rec["theta"].items())
             + f"; the best fixed K there: {rec['fixed_k']} ({fixed['median']:.2f}×). The chooser's c = {rec['cost']} "
