@@ -130,11 +130,11 @@ def shown(table, digits: int = 3, blank: str = "—"):
 NO_VERDICT = "—"  # a verdict cell without a test (one unit, or a summary with no p-value)
 
 
-def rule_note(ns, what: str = "its verdict", unit: str = "n") -> str:
+def rule_note(ns, what: str = "its verdict") -> str:
     """The verdict rule's caveat, said once under a table: the rows whose sample sizes ``ns`` fall below
     :data:`MIN_PAIRS` show :data:`NO_VERDICT` in place of ``what``, and why; empty when none does."""
     small = sorted({int(n) for n in ns if int(n) < MIN_PAIRS})
-    return (f" A {NO_VERDICT} stands in for {what}: {UNRESOLVED} ({unit} = {', '.join(map(str, small))}, "
+    return (f" A {NO_VERDICT} stands in for {what}: {UNRESOLVED} (n = {', '.join(map(str, small))}, "
             f"fewer than {MIN_PAIRS}; the verdict rule, notation.md)." if small else "")
 
 
