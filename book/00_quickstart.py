@@ -45,7 +45,6 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 import torch
 from IPython.display import display
 
@@ -150,7 +149,7 @@ def timed(fn, *args):
     return result, frame
 
 
-autoregressive(ids, 4), speculative(ids, 4, k)  # warm-up: the first passes of a process are slow
+autoregressive(ids, 2), speculative(ids, 2, k)  # warm-up: the first passes of a process are slow
 plain, ar_passes = timed(autoregressive, ids, max_new_tokens)
 (guessed, steps), sd_passes = timed(speculative, ids, max_new_tokens, k)
 assert guessed == plain, "greedy speculative decoding must give the autoregressive tokens"
@@ -180,7 +179,7 @@ print(f"Every guess kept: {(kept == k).sum()} steps. None kept: {(kept == 0).sum
 
 # %% tags=["hide-input"]
 lanes = {"one token at a time": ar_passes, "guess, then check": sd_passes}
-colours = {"target": sns.color_palette("colorblind")[0], "draft": sns.color_palette("colorblind")[1]}
+colours = {"target": "C0", "draft": "C1"}  # the first two colours of the book's colour-blind palette
 fig, ax = plt.subplots(figsize=(9, 2.8))
 for y, (lane, frame) in enumerate(lanes.items()):
     for row in frame.itertuples():
@@ -271,7 +270,9 @@ lat = np.diff(np.concatenate([[0.0], times])) * 1e3
 df = ch.save(pd.DataFrame({"token": np.arange(1, len(lat) + 1), "latency_ms": lat,
                            "kind": ["prefill (TTFT)"] + ["decode"] * (len(lat) - 1)}), "token_latency")
 fig, ax = plt.subplots(figsize=(8, 3))
-sns.scatterplot(data=df, x="token", y="latency_ms", hue="kind", ax=ax, s=18, palette="colorblind")
+for kind, part in df.groupby("kind", sort=False):
+    ax.scatter(part.token, part.latency_ms, s=18, label=kind)
+ax.legend(title="kind")
 ax.set(xlabel="generated token", ylabel="latency (ms)", title="One target pass per token, at a steady cost")
 ch.savefig(fig, "token_latency")
 plt.show()

@@ -33,3 +33,18 @@ def test_a_step_is_drawn_after_its_context_with_each_fate_coloured():
     assert html.count(book.STEP_COLOURS["untested"]) == 2
     table = book.steps_table(Chars(), [dict(context=[97], drafted=ids, accepted=4, target=90)]).data
     assert "4 of 4" in table and "<td>5</td>" in table
+
+
+def test_the_theme_is_seaborns_colour_blind_palette_without_importing_seaborn():
+    """``use_theme`` hard-codes seaborn's palette (so chapter 0 need not import seaborn): a seaborn that changed it
+    would leave the book's matplotlib figures and its seaborn figures in different colours."""
+    import subprocess
+    import sys
+
+    sns = pytest.importorskip("seaborn")
+    assert list(book.COLORBLIND) == sns.color_palette("colorblind").as_hex()
+    code = ("import sys, matplotlib; matplotlib.use('agg'); from specdec_core.tools import book; book.use_theme(); "
+            "import matplotlib.pyplot as plt; print(plt.rcParams['axes.prop_cycle'].by_key()['color'][1], "
+            "'seaborn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [book.COLORBLIND[1], "False"]

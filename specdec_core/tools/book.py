@@ -231,21 +231,36 @@ class Chapter:
         return "; ".join(parts[:4]) + ("\n" + "; ".join(parts[4:]) if parts[4:] else "")
 
 
+THEME = ("seaborn-v0_8-whitegrid", "seaborn-v0_8-notebook")
+# seaborn's "colorblind" palette, in its order: the default colour cycle, as ``sns.color_palette("colorblind")``
+COLORBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
+              "#56b4e9")
+
+
+def use_theme() -> None:
+    """The book's figure theme: seaborn's white grid and notebook sizes, from the copies matplotlib ships
+    (``THEME``), and seaborn's colour-blind palette as the colour cycle (``COLORBLIND``). A chapter that draws
+    with matplotlib alone need not import seaborn (a second of a short chapter's run)."""
+    import matplotlib.pyplot as plt
+    from cycler import cycler
+
+    plt.style.use(THEME)
+    plt.rcParams["axes.prop_cycle"] = cycler(color=COLORBLIND)
+
+
 def setup(out_dir, model: str | None = None, *, draft: str | None = None, device="cpu", dtype="float32",
           threads: int | None = None, per_task: int | None = None, tasks=None, prompt_file=None,
           need: tuple[str, ...] = (), reference: bool = False) -> Chapter:
     """A chapter's set-up.
 
-    - the book's seaborn theme; ``out_dir`` created;
+    - the book's theme (:func:`use_theme`); ``out_dir`` created;
     - ``threads``: torch's intra-op thread count on a CPU (``None`` or 0: torch's default, every core);
     - ``model``: load the pair (:func:`~specdec_core.models.load_pair` with ``draft``, ``dtype``, ``device``);
       ``need``: drafter names the chapter cannot do without (a missing one raises, naming ``make models``);
     - ``per_task`` (with ``tasks``, ``prompt_file``): the evaluation prompts, encoded with the pair's chat
       template (:func:`~specdec_core.data.prompts.encode`).
     """
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
+    use_theme()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
