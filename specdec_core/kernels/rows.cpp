@@ -16,6 +16,9 @@
 //    tile it falls in, however many rows share the call, and however the blocks are split among threads. A row's
 //    result therefore does not depend on M: the logits of a position are the same bits whether it is verified alone
 //    or with 31 others (row invariance). It is not the same order as MKL's, so the bits differ from torch's matmul.
+//  * The packed weights may be float16 (pack() of a float16 matrix): each weight vector is widened to float32 as it
+//    is loaded (F16C), and the products and sums stay float32, in the same order. Half the bytes stream; and where
+//    the weights are exactly float16 numbers (a draft stored in float16), the outputs are the float32 path's bits.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -24,6 +27,7 @@
 #include <array>
 #include <cmath>
 #include <vector>
+#include <type_traits>
 #include <utility>
 
 namespace {
@@ -33,6 +37,7 @@ using vec = __m512;
 constexpr int L = 16, REGS = 32;
 inline vec vzero() { return _mm512_setzero_ps(); }
 inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline vec vload(const at::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline void vstore(float* p, vec v) { _mm512_storeu_ps(p, v); }
 inline vec vbcast(const float* p) { return _mm512_set1_ps(*p); }
 inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
@@ -44,6 +49,7 @@ using vec = __m256;
 constexpr int L = 8, REGS = 16;
 inline vec vzero() { return _mm256_setzero_ps(); }
 inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline vec vload(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
 inline vec vbcast(const float* p) { return _mm256_broadcast_ss(p); }
 inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
@@ -60,9 +66,10 @@ constexpr int MT = (REGS - NV - 2) / NV;       // rows per tile: NV x MT accumul
 constexpr int64_t KC = 256;                    // k per chunk when M needs more than one tile (32 KiB on AVX-512)
 constexpr int64_t AHEAD = 4096;                // bytes of weights prefetched (into L2) ahead of the first tile
 
-// rows [m0, m0 + mt) of one block, k in [k0, k1); `first`: the accumulators start from zero, else from Y
-template <int mt>
-void tile(const float* P, const float* X, float* Y, int64_t K, int64_t ldy, int64_t m0, int64_t k0, int64_t k1,
+// rows [m0, m0 + mt) of one block, k in [k0, k1); `first`: the accumulators start from zero, else from Y;
+// W: the packed weights' type (float, or at::Half widened on load)
+template <int mt, typename W>
+void tile(const W* P, const float* X, float* Y, int64_t K, int64_t ldy, int64_t m0, int64_t k0, int64_t k1,
           bool first, bool lead) {
   vec acc[mt][NV];
 #pragma GCC unroll 32
@@ -71,7 +78,7 @@ void tile(const float* P, const float* X, float* Y, int64_t K, int64_t ldy, int6
     for (int v = 0; v < NV; ++v) acc[i][v] = first ? vzero() : vload(Y + (m0 + i) * ldy + v * L);
   const float* x = X + m0 * K;
   for (int64_t k = k0; k < k1; ++k) {
-    const float* w = P + k * NB;
+    const W* w = P + k * NB;
     if (lead) {  // the first tile over a chunk reads it from memory: keep the stream ahead of it in flight
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(w + v * L) + AHEAD, _MM_HINT_T1);
@@ -92,17 +99,20 @@ void tile(const float* P, const float* X, float* Y, int64_t K, int64_t ldy, int6
     for (int v = 0; v < NV; ++v) vstore(Y + (m0 + i) * ldy + v * L, acc[i][v]);
 }
 
-using tile_fn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);
-template <std::size_t... I>
-constexpr std::array<tile_fn, sizeof...(I)> tiles(std::index_sequence<I...>) { return {&tile<int(I) + 1>...}; }
-constexpr auto TILES = tiles(std::make_index_sequence<MT>{});  // TILES[mt - 1] handles mt rows
+template <typename W>
+using tile_fn = void (*)(const W*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool);
+template <typename W, std::size_t... I>
+constexpr std::array<tile_fn<W>, sizeof...(I)> tiles(std::index_sequence<I...>) { return {&tile<int(I) + 1, W>...}; }
+template <typename W>
+constexpr auto TILES = tiles<W>(std::make_index_sequence<MT>{});  // TILES<W>[mt - 1] handles mt rows
 
 }  // namespace
 
-// W [N, K] -> [ceil(N / NB), K, NB]: block b, row k holds W[b*NB : b*NB + NB, k] (zeros past N)
+// W [N, K] -> [ceil(N / NB), K, NB]: block b, row k holds W[b*NB : b*NB + NB, k] (zeros past N), in W's dtype
 torch::Tensor pack(torch::Tensor w) {
-  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == torch::kFloat && w.dim() == 2,
-              "rows.pack: a float32 CPU matrix [N, K], got ", w.scalar_type(), " with ", w.dim(), " dims");
+  TORCH_CHECK(w.device().is_cpu() && (w.scalar_type() == torch::kFloat || w.scalar_type() == torch::kHalf)
+              && w.dim() == 2, "rows.pack: a float32 or float16 CPU matrix [N, K], got ", w.scalar_type(), " with ",
+              w.dim(), " dims");
   const int64_t N = w.size(0), K = w.size(1), blocks = (N + NB - 1) / NB;
   auto padded = torch::zeros({blocks * NB, K}, w.options());
   padded.narrow(0, 0, N).copy_(w);
@@ -111,7 +121,8 @@ torch::Tensor pack(torch::Tensor w) {
 
 torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::optional<torch::Tensor> b) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat, "rows.linear: float32 CPU input only");
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == NB && packed.is_contiguous(),
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == NB && packed.is_contiguous()
+              && (packed.scalar_type() == torch::kFloat || packed.scalar_type() == torch::kHalf),
               "rows.linear: weight must come from rows.pack");
   const int64_t blocks = packed.size(0), K = packed.size(1);
   TORCH_CHECK(x.size(-1) == K, "rows.linear: input's last dimension ", x.size(-1), " != weight's ", K);
@@ -121,23 +132,29 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t N, c10::opti
   auto X = x.reshape({-1, K}).contiguous();
   const int64_t M = X.size(0), ldy = blocks * NB;
   auto Y = torch::empty({M, ldy}, x.options());
-  const float* Pp = packed.data_ptr<float>();
   const float* Xp = X.data_ptr<float>();
   float* Yp = Y.data_ptr<float>();
   // balanced tiles: 40 rows run as 20 + 20, not 28 + 12
   const int64_t tiles_n = (M + MT - 1) / MT, rows_per = (M + tiles_n - 1) / tiles_n;
   const int64_t kc = tiles_n == 1 ? K : KC;  // one tile streams the whole block; more reuse a chunk from L1
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {  // contiguous runs of blocks per thread
-    for (int64_t blk = begin; blk < end; ++blk) {
-      const float* P = Pp + blk * K * NB;
-      float* Yb = Yp + blk * NB;
-      for (int64_t k0 = 0; k0 < K; k0 += kc) {
-        const int64_t k1 = std::min(K, k0 + kc);
-        for (int64_t m0 = 0, t = 0; m0 < M; m0 += rows_per, ++t)
-          TILES[std::min(rows_per, M - m0) - 1](P, Xp, Yb, K, ldy, m0, k0, k1, k0 == 0, t == 0);
+  auto run = [&](auto Pp) {
+    using W = std::remove_const_t<std::remove_pointer_t<decltype(Pp)>>;
+    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {  // contiguous runs of blocks per thread
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const W* P = Pp + blk * K * NB;
+        float* Yb = Yp + blk * NB;
+        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+          const int64_t k1 = std::min(K, k0 + kc);
+          for (int64_t m0 = 0, t = 0; m0 < M; m0 += rows_per, ++t)
+            TILES<W>[std::min(rows_per, M - m0) - 1](P, Xp, Yb, K, ldy, m0, k0, k1, k0 == 0, t == 0);
+        }
       }
-    }
-  });
+    });
+  };
+  if (packed.scalar_type() == torch::kHalf)
+    run(static_cast<const at::Half*>(packed.data_ptr<at::Half>()));
+  else
+    run(static_cast<const float*>(packed.data_ptr<float>()));
   auto out = ldy == N ? Y : Y.narrow(1, 0, N).contiguous();
   if (b.has_value() && b->defined()) out.add_(*b);
   return out.view(shape);
@@ -331,12 +348,90 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::
   return out;
 }
 
+// -- one Llama decoder layer of a single sequence's decoding pass, in one call -------------------------------------
+// x [T, E] (float32, the residual stream) after the cache's first `start` positions; returns the layer's output.
+//   h = rms(x) * w_in; q, k, v = h W_qkv (one product); rotary positions on q and k (cos, sin [T, D]);
+//   k, v written to the cache at [start, start + T); a = attention of q over the cache's [0, start + T), causal;
+//   x += a W_o; h = rms(x) * w_post; g, u = h W_gate_up (one product); x += (silu(g) * u) W_down.
+// The products and the attention are linear() and attention() above (row-invariant); the norms sum squares in
+// float32 in increasing order. The draft's decoding passes run it (models/draft_step.py): a pass of a two-layer
+// draft was mostly the thirty-odd small operations around its products, each a Python call.
+namespace {
+void rms(const float* x, const float* w, float* y, int64_t E, float eps) {
+  float ss = 0.0f;
+  for (int64_t e = 0; e < E; ++e) ss += x[e] * x[e];
+  const float r = 1.0f / std::sqrt(ss / float(E) + eps);
+  for (int64_t e = 0; e < E; ++e) y[e] = w[e] * (x[e] * r);
+}
+void rotate(float* v, const float* c, const float* s, int64_t D) {  // v * cos + rotate_half(v) * sin
+  const int64_t h = D / 2;
+  for (int64_t d = 0; d < h; ++d) {
+    const float a = v[d], b = v[d + h];
+    v[d] = a * c[d] - b * s[d];
+    v[d + h] = b * c[d + h] + a * s[d + h];
+  }
+}
+}  // namespace
+
+torch::Tensor layer(torch::Tensor x, torch::Tensor w_in, torch::Tensor w_post, double eps, torch::Tensor qkv,
+                    int64_t heads, int64_t kv_heads, torch::Tensor o, torch::Tensor gate_up, int64_t inter,
+                    torch::Tensor down, torch::Tensor cos, torch::Tensor sin, torch::Tensor kc, torch::Tensor vc,
+                    int64_t start, double scale) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat, "rows.layer: x must be [T, E]");
+  const int64_t T = x.size(0), E = x.size(1), D = kc.size(3), G = kv_heads, H = heads;
+  TORCH_CHECK(kc.dim() == 4 && kc.size(0) == 1 && kc.size(1) == G && kc.is_contiguous() && vc.sizes() == kc.sizes()
+              && vc.is_contiguous() && start >= 0 && start + T <= kc.size(2), "rows.layer: the cache cannot take ",
+              T, " positions after ", start);
+  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.size(0) == T && cos.size(1) == D && cos.is_contiguous()
+              && sin.is_contiguous() && D % 2 == 0, "rows.layer: cos and sin must be [T, head size]");
+  TORCH_CHECK(w_in.numel() == E && w_post.numel() == E, "rows.layer: norm weights must hold E values");
+  const float fe = float(eps);
+  auto h = torch::empty_like(x);
+  for (int64_t t = 0; t < T; ++t)
+    rms(x.data_ptr<float>() + t * E, w_in.data_ptr<float>(), h.data_ptr<float>() + t * E, E, fe);
+  auto p = linear(h, qkv, (H + 2 * G) * D, c10::nullopt);  // [T, (H + 2G) D]: q, then k, then v
+  float* P = p.data_ptr<float>();
+  const int64_t W = (H + 2 * G) * D, S = start + T;
+  float* K = kc.data_ptr<float>();
+  float* V = vc.data_ptr<float>();
+  const int64_t cap = kc.size(2);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* c = cos.data_ptr<float>() + t * D;
+    const float* s = sin.data_ptr<float>() + t * D;
+    float* row = P + t * W;
+    for (int64_t j = 0; j < H + G; ++j) rotate(row + j * D, c, s, D);
+    for (int64_t g = 0; g < G; ++g) {
+      std::copy(row + (H + g) * D, row + (H + g + 1) * D, K + (g * cap + start + t) * D);
+      std::copy(row + (H + G + g) * D, row + (H + G + g + 1) * D, V + (g * cap + start + t) * D);
+    }
+  }
+  auto q = p.view({1, T, H + 2 * G, D}).narrow(2, 0, H).transpose(1, 2);  // [1, H, T, D], read through strides
+  c10::optional<torch::Tensor> mask;
+  if (T > 1)  // causal over the cache: query t sees the keys up to its own position, start + t
+    mask = torch::arange(S).le(torch::arange(start, S).unsqueeze(1)).view({1, 1, T, S});
+  auto a = attention(q, kc.narrow(2, 0, S), vc.narrow(2, 0, S), mask, scale, c10::nullopt).reshape({T, H * D});
+  auto y = x + linear(a, o, E, c10::nullopt);
+  for (int64_t t = 0; t < T; ++t)
+    rms(y.data_ptr<float>() + t * E, w_post.data_ptr<float>(), h.data_ptr<float>() + t * E, E, fe);
+  auto gu = linear(h, gate_up, 2 * inter, c10::nullopt);
+  auto z = torch::empty({T, inter}, x.options());
+  const float* GU = gu.data_ptr<float>();
+  float* Z = z.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < inter; ++i) {
+      const float g = GU[t * 2 * inter + i];
+      Z[t * inter + i] = g / (1.0f + std::exp(-g)) * GU[t * 2 * inter + inter + i];
+    }
+  return y.add_(linear(z, down, E, c10::nullopt));
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "attention of each query row over the keys its mask leaves open, row-invariant",
         pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("mask"), pybind11::arg("scale"),
         pybind11::arg("queries") = pybind11::none());
   m.def("pack", &pack, "weights [N, K] packed into column blocks for rows.linear");
   m.def("linear", &linear, "few-row matrix product against packed weights, row-invariant");
+  m.def("layer", &layer, "one Llama decoder layer of a single sequence's decoding pass (the draft's)");
   m.attr("ISA") = ISA;
   m.attr("BLOCK") = NB;
   m.attr("ROWS_PER_TILE") = MT;
