@@ -4,8 +4,8 @@
 
 Times, beside the target's one-token pass on the path the library runs (``target[1]``):
 - the draft's one-token pass on the library path (``CachedLM.forward``, as ``ModelDrafter.propose`` calls it);
-- its parts: the trunk (two layers and the final norm) and the head (the tied embedding's rows for the 8,192-token
-  draft vocabulary), which today runs as a plain ``aten::mm`` that the rows kernel does not cover;
+- its parts: the trunk (two layers and the final norm, as the library runs it: ``models/draft_step.py``; and through
+  transformers' modules) and the head (the tied embedding's rows for the 8,192-token draft vocabulary);
 - the same head and the trunk's linear layers through the rows kernel, and as float16 and bfloat16 products.
 
 Every time is the median of ``--repeats`` interleaved rounds (``study.profiling.time_interleaved``) and is printed
@@ -47,12 +47,17 @@ def main():
         return draft.hidden(one, position_ids=at.view(1, 1), cache_position=at, past_key_values=trunk_lm.cache,
                             use_cache=True).last_hidden_state
 
+    def trunk_modules():  # the same through transformers' modules (the path before models/draft_step.py)
+        return draft.trunk(inputs_embeds=draft.embedding(one), position_ids=at.view(1, 1), cache_position=at,
+                           past_key_values=trunk_lm.cache, use_cache=True).last_hidden_state
+
     head = draft.head  # [N, H]
     h = torch.randn(1, 1, head.shape[1], generator=torch.Generator().manual_seed(0))
     lins = [m for m in draft.trunk.modules() if isinstance(m, torch.nn.Linear)]
     xs = [torch.randn(1, 1, m.in_features, generator=torch.Generator().manual_seed(i)) for i, m in enumerate(lins)]
     fns = {"target[1]": pass_fn(t_lm, 1), "draft[1], library path": pass_fn(d_lm, 1),
-           "trunk (layers + norm)": trunk, "head, float32 torch": lambda: h @ head.T}
+           "trunk (layers + norm)": trunk, "trunk, transformers modules": trunk_modules,
+           "head, float32 torch": lambda: h @ head.T}
     for name, dt in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
         hd, xd, wd = h.to(dt), [x.to(dt) for x in xs], [m.weight.detach().to(dt) for m in lins]
         fns[f"head, {name} torch"] = lambda hd=hd, w=head.to(dt): hd @ w.T

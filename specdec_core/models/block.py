@@ -83,7 +83,7 @@ class BlockDraftModel(DraftModel):
 
     def hidden(self, input_ids: torch.Tensor, **trunk_kwargs):
         """As :meth:`DraftModel.hidden`, with mask ids mapped to their learned embeddings."""
-        return self.trunk(inputs_embeds=self.embed(input_ids), **trunk_kwargs)
+        return self.run_trunk(self.embed(input_ids), **trunk_kwargs)
 
 
 def save_block(model: BlockDraftModel, folder: str | Path, meta: dict | None = None) -> list[str]:

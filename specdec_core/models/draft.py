@@ -30,6 +30,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from . import draft_step
+
 FORMAT = "specdec-draft-v1"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -101,12 +103,19 @@ class DraftModel(nn.Module):
     # -- forward --------------------------------------------------------------------------------
     def hidden(self, input_ids: torch.Tensor, **trunk_kwargs):
         """Trunk output: ``BaseModelOutputWithPast`` with ``last_hidden_state [B, T, H]`` (normed)."""
-        emb = self.embedding(input_ids).to(self.head.dtype)
-        return self.trunk(inputs_embeds=emb, **trunk_kwargs)
+        return self.run_trunk(self.embedding(input_ids).to(self.head.dtype), **trunk_kwargs)
+
+    def run_trunk(self, emb: torch.Tensor, **trunk_kwargs):
+        """The trunk over embeddings ``emb [B, T, H]``: :func:`~specdec_core.models.draft_step.trunk` where it applies
+        (a decoding pass on the kernel's path: the same bits in a few operations), else the module's forward."""
+        out = draft_step.trunk(self, emb, **trunk_kwargs)
+        return self.trunk(inputs_embeds=emb, **trunk_kwargs) if out is None else out
 
     def sub_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Hidden states ``[..., H]`` → logits over the draft vocabulary ``[..., N]``."""
-        return h @ self.head.T
+        """Hidden states ``[..., H]`` → logits over the draft vocabulary ``[..., N]`` (in one kernel call on the
+        kernel's path, :func:`~specdec_core.models.draft_step.head`)."""
+        out = draft_step.head(self, h)
+        return h @ self.head.T if out is None else out
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 cache_position=None, use_cache=None, logits_to_keep=0, output_hidden_states=None,

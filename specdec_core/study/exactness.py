@@ -30,6 +30,7 @@ import torch
 from scipy import optimize, stats
 
 from ..decode import METHODS, generate
+from ..lm import CachedLM
 from ..sampling import SamplingParams, process_logits
 from ..verify import speculative_sample
 from . import mutants
@@ -776,6 +777,26 @@ def calibrate_audit(pair, prompts, settings, n: int, rows_per_setting: int, leng
     lo, hi = binomial_interval(rejected, reps, 0.95)
     return dict(reps=reps, rows=len(laws) * rows_per_setting, rejected=rejected, rate=rejected / reps, lo95=lo,
                 hi95=hi, alpha=alpha)
+
+
+def reported_law_gap(drafter, model, context: list[int], k: int, params: SamplingParams, seed: int = 0) -> float:
+    """The largest gap between the law a model drafter reports for its draft (q) and the law its ``model`` gives
+    on the same tokens, recomputed pass by pass on a fresh cache (the library's path, as the drafter runs it): 0.0
+    when q is exactly the law it sampled from, however the logits were computed (a fast path, a rounded head).
+    A sampled draft's q is exact only if this is 0: a gap of 10⁻³ in probability is beyond any sample's power
+    (:class:`~specdec_core.study.mutants.FullPrecisionHeadQ`)."""
+    if params.greedy:
+        raise ValueError("a greedy draft reports no law (q is None): give a temperature > 0")
+    drafter.reset(torch.tensor(context), len(context) + k + 1)
+    draft = drafter.propose(list(context), k, params, torch.Generator().manual_seed(seed))
+    lm = CachedLM(model, len(context) + k + 1)
+    feed = torch.tensor(context)
+    gap = 0.0
+    for i, t in enumerate(draft.tokens.tolist()):
+        law = process_logits(lm.forward(feed, logits_to_keep=1)[-1], params)
+        gap = max(gap, float((law.to(draft.q.dtype) - draft.q[i]).abs().max()))
+        feed = torch.tensor([t])
+    return gap
 
 
 def library_runner(pair, spec: str, length: int, k: int = 2):

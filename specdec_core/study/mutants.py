@@ -20,6 +20,10 @@ Some bugs are harmless when written literally, so each is given the form it take
 - **Medusa-style typical acceptance** (:func:`typical_acceptance`): accept x if p(x) > min(ε, δ·e^{−H(p)}).
 - **q from raw logits while sampling from processed ones** (:class:`RawLogitsQ`, a drafter wrapper;
   transformers issues #32867, #47932).
+- **q from a full-precision head while sampling from the fast path's rounded one** (:class:`FullPrecisionHeadQ`:
+  the draft's head is packed in float16 by ``models/draft_step.py``; q must be the law of those logits). Its gap is
+  about 10⁻³ in probability, out of any sample's reach: :func:`~specdec_core.study.exactness.reported_law_gap`
+  recomputes the law and catches it exactly.
 - **a deterministic draft reporting the law it was ranked by** (:class:`SuffixFrequencyQ`): the suffix drafter's
   empirical continuation frequencies as q, instead of the one-hot on the token it chose.
 
@@ -212,6 +216,42 @@ class RawLogitsQ(ModelDrafter):
             qs.append(torch.softmax(logits.to(PROB_DTYPE), -1))  # ... but q reported from raw logits
             if i + 1 < k:
                 logits = lm.forward(torch.tensor([t]), logits_to_keep=1)[-1]
+        q = None if params.greedy else torch.stack(qs)
+        return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k, state={"base": len(context)})
+
+
+class FullPrecisionHeadQ(ModelDrafter):
+    """MUTANT drafter: samples from the draft's own logits on the library's path (its head rounded to float16 by
+    :mod:`specdec_core.models.draft_step`) but reports q from the float32 head at the same hidden state. Wraps a
+    :class:`~specdec_core.drafters.ModelDrafter` whose model is a :class:`~specdec_core.models.draft.DraftModel`."""
+
+    name = "model-fp32q"
+
+    def __init__(self, drafter: ModelDrafter):
+        super().__init__(drafter.model)
+
+    def _pass(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass over ``tokens`` after the cache: (the library path's logits, the float32 head's) at the last."""
+        model, cache = self.model, self.lm.cache
+        L, T = cache.length, tokens.numel()
+        at = torch.arange(L, L + T)
+        with torch.inference_mode():
+            h = model.hidden(tokens.view(1, T), position_ids=at.view(1, T), cache_position=at, past_key_values=cache,
+                             use_cache=True).last_hidden_state[0, -1]
+            cache.advance(T)
+            full = lambda sub: sub.new_full((model.config.vocab_size,), float("-inf")).index_copy_(  # noqa: E731
+                0, model.vocab, sub)
+            return full(model.sub_logits(h)), full(h @ model.head.T)
+
+    def propose(self, context, k, params, generator, confidence=None):
+        fast, exact = self._pass(torch.tensor(context[self.lm.length:], dtype=torch.long))
+        tokens, qs = [], []
+        for i in range(k):
+            t, _ = choose(fast, params, generator)  # sampled from the fast path's law ...
+            tokens.append(t)
+            qs.append(None if params.greedy else process_logits(exact, params))  # ... q from the float32 head's
+            if i + 1 < k:
+                fast, exact = self._pass(torch.tensor([t]))
         q = None if params.greedy else torch.stack(qs)
         return Draft(torch.tensor(tokens, dtype=torch.long), q, passes=k, state={"base": len(context)})
 
