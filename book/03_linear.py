@@ -256,6 +256,34 @@ display(report.shown(pd.Series(dict(sorted(costs["ms"].items())), name="median m
 cost_df.round(3)
 
 # %% [markdown]
+# ### Where a draft pass goes
+# A draft pays only if its pass is far cheaper than the target's. Introductions to the technique ask for a draft
+# 10–50× cheaper, with well under a millisecond a token. The shipped draft has two layers and a head over 8,192
+# tokens. Through transformers' modules, most of its pass went to the small operations around its products, and
+# its head was a plain float32 product. This library runs each layer in one kernel call and the head's rows in
+# float16 (`models/draft_step.py`). The figure times both paths beside the target's pass, in one interleaved run.
+
+# %% tags=["hide-input"]
+parts = ch.save(bench.draft_pass_parts(pair.target, model_drafter.model, bench.median_length(encoded),
+                                       repeats=max(5, 5 * repeats), decoded=max_new_tokens // 2), "draft_pass_parts")
+t_target = parts.query("path == 'target'").ms.iloc[0]
+paths = parts.query("path != 'target'")
+wide = paths.pivot(index="path", columns="part", values="ms")[["layers", "head", "everything else"]]
+wide = wide.loc[["transformers' modules", "this library"]]
+fig, ax = plt.subplots(figsize=(8, 2.4))
+wide.plot.barh(stacked=True, ax=ax, width=0.6)
+ax.set(xlabel="milliseconds per one-token pass", ylabel="",
+       title=f"The draft's pass, taken apart (the target's pass: {t_target:.1f} ms)")
+ax.legend(title="", ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False)
+ch.savefig(fig, "draft_pass_parts")
+plt.show()
+ms_new, ms_old = wide.sum(axis=1)["this library"], wide.sum(axis=1)["transformers' modules"]
+display(Markdown(
+    f"On this library's path a draft pass takes {ms_new:.2f} ms, c = {ms_new / t_target:.3f}: "
+    f"{t_target / ms_new:.0f}× cheaper than the target's pass. Through transformers' modules it took "
+    f"{ms_old:.2f} ms (c = {ms_old / t_target:.3f}). The c used above is this library's."))
+
+# %% [markdown]
 # ## Speedup versus K: measurement against theory
 # For each K, linear speculative decoding and the autoregressive baseline decode the same prompts, interleaved,
 # greedy. The prediction uses c and the verify cost measured above. Each call is predicted from its own α̂, the

@@ -19,11 +19,28 @@ its bits are kept). Anything else returns ``None`` and the caller takes the modu
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from .. import kernels
 from ..kvcache import CacheFullError, KVCache
+
+
+_OFF = ContextVar("specdec_draft_step_off", default=False)
+
+
+@contextmanager
+def module_path():
+    """Within it, drafts run transformers' modules and their float32 head: the path before this module, timed
+    beside it (``study.bench.draft_pass_parts``). Their laws differ only by rounding; q stays the law sampled."""
+    token = _OFF.set(True)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
 
 
 HEAD_HALF = True  # the head's rows rounded to float16 when packed (the layers' weights only where that is exact)
@@ -50,7 +67,7 @@ def packed(owner: torch.nn.Module, key: str, weights: tuple[torch.Tensor, ...], 
 def _takes(model, x: torch.Tensor) -> bool:
     """Whether the kernel takes the product of ``x`` on ``model``'s behalf (as ``RowsLinear`` decides)."""
     rows = x.numel() // x.shape[-1] if x.dim() else 0
-    return (kernels.path_of(model) == "rows" and kernels._module is not None and 0 < rows <= kernels.MAX_ROWS
+    return (not _OFF.get() and kernels.path_of(model) == "rows" and kernels._module is not None and 0 < rows <= kernels.MAX_ROWS
             and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled())
 
 

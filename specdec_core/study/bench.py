@@ -23,6 +23,7 @@ import torch
 from ..decode import generate
 from ..drafters import Drafter
 from ..lm import CachedLM
+from ..models import draft_step
 from ..record import PHASES, Timer, acceptance_rate
 from ..sampling import SamplingParams
 from ..serving.metrics import per_token_gaps
@@ -301,6 +302,49 @@ def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats:
     out["c"] = float(med["draft[1]"] / t1) if draft_model is not None else float("nan")
     out["verify_ratio"] = {k: float(med[f"target[{k + 1}]"] / t1) for k in ks}
     return out
+
+
+def draft_pass_parts(target, draft_model, ids: torch.Tensor, repeats: int = 15, decoded: int = 0):
+    """The draft's one-token pass taken apart, beside the target's, at the context of ``ids`` plus ``decoded``
+    tokens, timed side by side (interleaved, medians in ms): on this library's path
+    (:mod:`specdec_core.models.draft_step`) and on the path before it (transformers' modules, a float32 head;
+    :func:`~specdec_core.models.draft_step.module_path`). Returns a frame of ``path``, ``part`` ("layers", "head",
+    "everything else": embedding, output and the library's calls) and ``ms``, with the target's pass as
+    ``path`` "target"; ``c`` = the pass over the target's is the sum of a path's parts over the target's."""
+    ids = torch.as_tensor(ids).view(-1)
+    S = ids.numel() + decoded
+    t_lm, d_lm, h_lm = CachedLM(target, S + 2), CachedLM(draft_model, S + 2), CachedLM(draft_model, S + 2)
+    for lm in (t_lm, d_lm, h_lm):
+        at_context(lm, S)
+    one, at = torch.ones(1, 1, dtype=torch.long), torch.tensor([S])
+
+    def layers():  # the trunk over one token, committing nothing
+        return draft_model.hidden(one, position_ids=at.view(1, 1), cache_position=at, past_key_values=h_lm.cache,
+                                  use_cache=True).last_hidden_state
+
+    def old(fn):
+        def run():
+            with draft_step.module_path():
+                return fn()
+        return run
+
+    with torch.inference_mode():
+        h = layers()
+    head = draft_model.head
+    fns = {("target", "pass"): pass_fn(t_lm, 1),
+           ("this library", "pass"): pass_fn(d_lm, 1), ("this library", "layers"): layers,
+           ("this library", "head"): lambda: draft_model.sub_logits(h),
+           ("transformers' modules", "pass"): old(pass_fn(d_lm, 1)), ("transformers' modules", "layers"): old(layers),
+           ("transformers' modules", "head"): lambda: h @ head.T}
+    with torch.inference_mode():
+        df = time_interleaved({f"{a}|{b}": f for (a, b), f in fns.items()}, repeats=repeats, warmup=3)
+    med = summarize(df).set_index("name")["median"] * 1e3
+    rows = [dict(path="target", part="pass", ms=med["target|pass"])]
+    for path in ("transformers' modules", "this library"):
+        parts = {part: med[f"{path}|{part}"] for part in ("layers", "head")}
+        parts["everything else"] = max(0.0, med[f"{path}|pass"] - sum(parts.values()))
+        rows += [dict(path=path, part=part, ms=ms) for part, ms in parts.items()]
+    return pd.DataFrame(rows)
 
 
 # -- measuring: the draft phase alone ----------------------------------------------------------------
