@@ -45,7 +45,7 @@ def main() -> int:
     prompts = sweep_prompts(pair, args.prompts)
     rec, table, chosen = calibrate.calibration(
         pair, prompts, args.fixed_ks, args.thetas, args.k_max, args.max_new_tokens, args.repeats,
-        repeats=args.repeats, thetas=args.thetas, machine=f"{platform.machine()}, {torch.get_num_threads()} torch threads")
+        machine=f"{platform.machine()}, {torch.get_num_threads()} torch threads")
     print(table[["median", "q25", "q75", "alpha", "drafted_per_step"]].round(3).to_string())
     print("chosen:", chosen, f"c = {rec['cost']}")
     if not args.dry_run:

@@ -119,3 +119,20 @@ def test_install_copies_the_draft_and_drops_the_replaced_weights_calibration(tmp
     drafts.install(src, dest)
     assert all((dest / n).read_text() == f"new {n}" for n in (*shipped.REQUIRED, shipped.SUMS))
     assert not (dest / "confidence.json").exists()
+
+
+def test_calibrate_confidence_runs_end_to_end_and_writes_nothing_on_a_dry_run():
+    """The script's call into study.calibrate (it once passed ``repeats`` twice and could not start)."""
+    import subprocess
+    import sys
+
+    from specdec_core.paths import REPO_ROOT as ROOT
+
+    sums = (shipped.MODEL_DRAFT / shipped.SUMS).read_bytes() if (shipped.MODEL_DRAFT / shipped.SUMS).exists() else None
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibrate_confidence.py"), "--prompts", "1",
+                           "--max-new-tokens", "4", "--fixed-ks", "1", "--thetas", "0.5", "--dry-run"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "chosen:" in proc.stdout and "wrote" not in proc.stdout
+    if sums is not None:
+        assert (shipped.MODEL_DRAFT / shipped.SUMS).read_bytes() == sums

@@ -93,11 +93,12 @@ def record(table, chosen: dict[str, str], cost: float, k_max: int, **meta) -> di
 def calibration(pair, prompts, fixed_ks, thetas, k_max: int, max_new_tokens: int, repeats: int = 1,
                 **meta) -> tuple:
     """The whole procedure: :func:`tune` every candidate on ``prompts``, :func:`choose` per family, and the
-    calibration file's content (:func:`record`, with ``meta``). Returns (record, tuning table, choices)."""
+    calibration file's content (:func:`record`, with its sizes, ``repeats`` and ``thetas``, and ``meta``). Returns
+    (record, tuning table, choices)."""
     runs, table = tune(pair, prompts, candidates(fixed_ks, thetas, k_max), max_new_tokens, repeats=repeats)
     chosen = choose(table)
     rec = record(table, chosen, draft_cost(runs, chosen["fixed K"]), k_max, prompts=len(prompts),
-                 max_new_tokens=max_new_tokens, **meta)
+                 max_new_tokens=max_new_tokens, repeats=repeats, thetas=list(thetas), **meta)
     return rec, table, chosen
 
 
