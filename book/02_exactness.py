@@ -40,9 +40,10 @@ prompt = [4, 3, 1, 4, 7]
 seq_len = 3                  # n: continuations of n tokens, V**n cells
 min_expected = 5.0           # cells with a smaller expected count are pooled
 # the goodness-of-fit family: method:drafter × setting × k ("@θ": generate(..., confidence=θ), an adaptive stop;
-# "hybrid": prompt lookup, else the model draft; "adaptive": lookup or the model, from past acceptance)
+# "hybrid": prompt lookup, else the model draft; "adaptive": lookup or the model, from past acceptance; "jacobi":
+# the target's own outputs on the last guess, tests/test_jacobi.py checks its law over longer continuations)
 methods = ["autoregressive", "linear:model", "linear:ngram", "tree:model", "tree:ngram", "parallel:block",
-           "linear:hybrid", "linear:adaptive", "linear:model@0.6", "parallel:block@0.6", "tree:model@0.3"]
+           "linear:jacobi", "linear:hybrid", "linear:adaptive", "linear:model@0.6", "parallel:block@0.6", "tree:model@0.3"]
 settings = [{"temperature": 1.0},  # each named by its knobs (ex.setting_name)
             {"temperature": 0.7, "top_k": 4},
             {"temperature": 1.0, "top_p": 0.8}]

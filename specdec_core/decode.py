@@ -7,10 +7,10 @@ tokens to ``s.put`` (the prompt first, then ``s.end()``), the protocol of transf
 """
 from __future__ import annotations
 
-import torch
-
 from dataclasses import dataclass, fields
 from typing import Iterator
+
+import torch
 
 from .graphs import step_mode
 from .drafters import PredictionDrafter
@@ -23,12 +23,10 @@ METHODS = ("autoregressive", "linear", "tree", "parallel")
 
 
 def eos_ids(model) -> set[int]:
+    """``model``'s end-of-text token ids: its generation config's, else its config's (none: an empty set)."""
     eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = model.config.get_text_config().eos_token_id
-    if eos is None:
-        return set()
-    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+    eos = model.config.get_text_config().eos_token_id if eos is None else eos
+    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
 
 
 def _prompt_tensor(input_ids, vocab_size: int, name: str = "input_ids") -> torch.Tensor:

@@ -13,6 +13,8 @@ Interface (the draft and commit phases of :mod:`specdec_core.loop` are its only 
   travels in the draft (``draft.state``), never in attributes that ``propose`` leaves behind.
 - ``finish(prompt, output)``: a request ended (EOS or budget) with these tokens; a drafter that remembers earlier
   requests learns here. Never called with what is still being decoded.
+- ``reads_verify = True``: ``accept`` finds the verify pass's logits in ``draft.state["seen"]``, to shape the *next*
+  proposal only (:class:`~specdec_core.adaptive.jacobi.JacobiDrafter`).
 - ``set_step_mode(mode)``: how the drafter's own passes after its prefill run from the next ``reset`` (``"eager"``,
   ``"static"`` or ``"graph"``, :mod:`specdec_core.graphs`); the loop calls it before each decode.
 
@@ -26,9 +28,7 @@ one-branch tree, so every drafter works with ``method="tree"``:
   leaf).
 
 A drafter decides from the committed context and its own draws only, never from the target's verdict on
-the tokens it is drafting: that is what keeps every method exact. Three drafters: :class:`ModelDrafter`
-(any causal LM, K passes), :class:`NGramDrafter` (prompt lookup, no model) and :class:`BlockDrafter`
-(parallel drafting: K tokens from one pass of a block draft, :mod:`specdec_core.models.block`).
+the tokens it is drafting: that is what keeps every method exact.
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class Drafter:
     calibrated: dict[str, float] = {}  # θ per method for confidence="auto" (specdec_core.models.calibration)
     step_mode = "eager"  # how the drafter's own passes run (set_step_mode)
     previews = False  # True: proposes without a model pass, so the engine may ask first and cut (serving.Engine)
+    reads_verify = False  # True: accept() reads the verify pass's logits in draft.state["seen"] (module docstring)
 
     def bind(self, target) -> None:
         """Refuse a target whose vocabulary differs from the drafter's (tokenizer mismatch)."""

@@ -134,6 +134,7 @@ class Linear(Method):
             new, n = self.rule(draft.tokens, draft.q, p, self.generator)
         proposed = n + 1 if n < drafted else n  # the accepted tokens, and the rejected one if any
         accept_probs = chain_tests(p, draft.q, draft.tokens, argmax, proposed)
+        draft.state["seen"] = logits if self.drafter.reads_verify else None  # its next proposal's (drafters.py)
         return Verdict(new.tolist(), accepted=n, proposed=proposed, drafted=drafted, accept_probs=accept_probs)
 
     def commit(self, lm, draft, verdict):

@@ -1,21 +1,23 @@
-"""The draft's pass in a few operations: the trunk's Llama layers written out, each product one kernel call.
+"""The draft's decoding pass in one kernel call a layer, its head's rows in float16.
 
 A draft is worth running only if its pass is far cheaper than the target's (the book calls the ratio c). The
 shipped draft has two layers, so its pass is short, and most of its time went to what surrounds the arithmetic:
-transformers' module calls, its mask construction, three products where one would do. :func:`trunk` runs the same
-layers on the same inputs with the same functions, in this order per layer:
+transformers' module calls, its mask construction, three products where one would do. :func:`trunk` runs each
+layer as one call of the rows kernel (``rows.layer``, :mod:`specdec_core.kernels`), in this order:
 
     x ─ input norm ─ one product for q, k and v ─ rotary positions ─ cache write ─ attention ─ o ─ + x
       ─ post-attention norm ─ one product for gate and up ─ silu(gate) · up ─ down ─ + x
 
-The rows kernel (:mod:`specdec_core.kernels`) computes every output as one accumulator over the input in a fixed
-order, so the fused products give the same bits as the separate ones, and the pass gives the module path's hidden
-states bit for bit (``tests/test_draft_step.py``). The head is a product like any other (:func:`head`).
+The products and the attention are the kernel's row-invariant ones; the weights are packed in float16 where they
+are float16 numbers (the shipped trunk is stored so: the same products from half the bytes). The norms sum in
+another order than torch's, so the hidden states match the module path's to float32 rounding, not to the bit
+(``tests/test_draft_step.py``). The head's rows are rounded to float16 (:func:`head`): a slightly different draft,
+whose q is exactly the law of the logits it samples from, as for any draft.
 
 It runs where the module path would run the kernel: the draft routed through it (``kernels.path_of``), a float32 CPU
 pass over at most ``kernels.MAX_ROWS`` tokens with no gradient, after a single sequence's :class:`KVCache` in its
-eager mode, causal (no tree mask), after the prefill (the module path runs a prefill through torch's attention, and
-its bits are kept). Anything else returns ``None`` and the caller takes the module path.
+eager mode, causal (no tree mask), after the prefill (the module path runs a prefill, once a decode, through
+torch's attention). Anything else returns ``None`` and the caller takes the module path.
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from .. import kernels
 from ..kvcache import CacheFullError, KVCache
-
 
 _OFF = ContextVar("specdec_draft_step_off", default=False)
 
@@ -67,8 +68,9 @@ def packed(owner: torch.nn.Module, key: str, weights: tuple[torch.Tensor, ...], 
 def _takes(model, x: torch.Tensor) -> bool:
     """Whether the kernel takes the product of ``x`` on ``model``'s behalf (as ``RowsLinear`` decides)."""
     rows = x.numel() // x.shape[-1] if x.dim() else 0
-    return (not _OFF.get() and kernels.path_of(model) == "rows" and kernels._module is not None and 0 < rows <= kernels.MAX_ROWS
-            and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled())
+    return (not _OFF.get() and kernels.path_of(model) == "rows" and kernels._module is not None
+            and 0 < rows <= kernels.MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
+            and not torch.is_grad_enabled())
 
 
 def head(draft, h: torch.Tensor) -> torch.Tensor | None:

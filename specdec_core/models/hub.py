@@ -29,6 +29,7 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 
 from ..adaptive import hybrid_of
+from ..adaptive.jacobi import JacobiDrafter
 from ..adaptive.suffix import SuffixDrafter
 from .. import kernels
 from ..drafters import BlockDrafter, ModelDrafter, NGramDrafter
@@ -251,7 +252,8 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
 
     ``draft``: an optional Hugging Face id or path of a draft model sharing the target's vocabulary.
     For the embedded target the project's shipped drafts are attached when present
-    (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]`` and ``drafters["suffix"]``
+    (``drafters["model"]``, ``drafters["block"]``); ``drafters["ngram"]``, ``drafters["jacobi"]`` (Jacobi refinement,
+    :class:`~specdec_core.adaptive.jacobi.JacobiDrafter`) and ``drafters["suffix"]``
     (:class:`~specdec_core.adaptive.suffix.SuffixDrafter`, with memory across requests) are always there,
     ``drafters["hybrid"]`` (prompt lookup, else the model draft) and ``drafters["adaptive"]`` (lookup or the model
     draft, from the acceptance each has had) wherever there is a model draft.
@@ -272,7 +274,7 @@ def load_pair(name: str = "smollm2-135m", draft: str | None = None, dtype=torch.
     if kernel_path:
         paths["target"] = kernels.choose(target, quiet=True)
     tok = _load_tokenizer(path)
-    drafters: dict = {"ngram": NGramDrafter(), "suffix": SuffixDrafter()}
+    drafters: dict = {"ngram": NGramDrafter(), "suffix": SuffixDrafter(), "jacobi": JacobiDrafter()}
     if draft is not None:
         try:
             dmodel = _load_hf(draft_path, dtype, device)
@@ -335,7 +337,7 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
              draft_noise: float = 0.15) -> Pair:
     """A tiny deterministic Llama target and related drafters (target weights plus noise): ``"model"``
     (autoregressive), ``"block"`` (an untrained :class:`~specdec_core.drafters.BlockDrafter`), ``"ngram"``,
-    ``"suffix"``, ``"hybrid"`` (prompt lookup, else the model draft), ``"adaptive"`` (either, from past acceptance).
+    ``"jacobi"``, ``"suffix"``, ``"hybrid"`` (prompt lookup, else the model draft), ``"adaptive"`` (either, from past acceptance).
 
     Vocabulary 8–64, float64 by default, no EOS (generation always runs to ``max_new_tokens``).
     Small enough to enumerate exact sequence probabilities in tests and notebooks.
@@ -355,5 +357,5 @@ def toy_pair(vocab_size: int = 8, seed: int = 0, dtype=torch.float64, device="cp
             p.add_(draft_noise * p.std() * torch.randn(p.shape, generator=g, dtype=p.dtype))
     target, draft = target.to(dtype).to(device), draft.to(dtype).to(device)
     drafters = {"model": ModelDrafter(draft), "ngram": NGramDrafter(), "suffix": SuffixDrafter(),
-                "block": BlockDrafter(untrained_block(target, seed=seed, noise=draft_noise))}
+                "jacobi": JacobiDrafter(), "block": BlockDrafter(untrained_block(target, seed=seed, noise=draft_noise))}
     return Pair(target=target, tokenizer=None, drafters=_with_hybrid(drafters), name=f"toy-v{vocab_size}-s{seed}")

@@ -304,6 +304,12 @@ def pass_costs(target, draft_model, ids: torch.Tensor, ks=(1, 2, 4, 8), repeats:
     return out
 
 
+def takes_apart(draft_model) -> bool:
+    """Whether :func:`draft_pass_parts` can take ``draft_model``'s pass apart: this library's draft (a trunk and a
+    head, :class:`~specdec_core.models.draft.DraftModel`), not any causal LM."""
+    return all(hasattr(draft_model, a) for a in ("hidden", "sub_logits", "head"))
+
+
 def draft_pass_parts(target, draft_model, ids: torch.Tensor, repeats: int = 15, decoded: int = 0):
     """The draft's one-token pass taken apart, beside the target's, at the context of ``ids`` plus ``decoded``
     tokens, timed side by side (interleaved, medians in ms): on this library's path
@@ -311,6 +317,8 @@ def draft_pass_parts(target, draft_model, ids: torch.Tensor, repeats: int = 15, 
     :func:`~specdec_core.models.draft_step.module_path`). Returns a frame of ``path``, ``part`` ("layers", "head",
     "everything else": embedding, output and the library's calls) and ``ms``, with the target's pass as
     ``path`` "target"; ``c`` = the pass over the target's is the sum of a path's parts over the target's."""
+    if not takes_apart(draft_model):
+        raise ValueError(f"draft_pass_parts takes apart this library's DraftModel, got {type(draft_model).__name__}")
     ids = torch.as_tensor(ids).view(-1)
     S = ids.numel() + decoded
     t_lm, d_lm, h_lm = CachedLM(target, S + 2), CachedLM(draft_model, S + 2), CachedLM(draft_model, S + 2)
@@ -376,6 +384,7 @@ class TimedDrafter(Drafter):
 
     def __init__(self, inner: Drafter):
         self.inner, self.name, self.vocab_size = inner, inner.name, inner.vocab_size
+        self.reads_verify = inner.reads_verify  # the verify pass's logits reach the inner drafter in draft.state
         self.records: list[dict] = []
         self._first = True
 

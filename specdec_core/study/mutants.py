@@ -24,6 +24,8 @@ Some bugs are harmless when written literally, so each is given the form it take
   the draft's head is packed in float16 by ``models/draft_step.py``; q must be the law of those logits). Its gap is
   about 10⁻³ in probability, out of any sample's reach: :func:`~specdec_core.study.exactness.reported_law_gap`
   recomputes the law and catches it exactly.
+- **a Jacobi iterate reporting the target's soft law as q** (:class:`JacobiSoftQ`): the tokens are the last verify
+  pass's argmax, chosen deterministically, but q claims the softmax of that pass's logits.
 - **a deterministic draft reporting the law it was ranked by** (:class:`SuffixFrequencyQ`): the suffix drafter's
   empirical continuation frequencies as q, instead of the one-hot on the token it chose.
 
@@ -36,6 +38,7 @@ from dataclasses import replace
 import torch
 
 from ..adaptive.suffix import SuffixDrafter
+from ..adaptive.jacobi import JacobiDrafter
 from ..drafters import Draft, Drafter, ModelDrafter
 from ..lm import CachedLM
 from ..serving import Engine
@@ -329,6 +332,32 @@ class PeekingChooser(PeekingStop):
         draft.state.get("by", self.inner).accept(draft, n)
 
 
+class JacobiSoftQ(JacobiDrafter):
+    """MUTANT drafter: a Jacobi drafter that reports, for each token of its iterate, the target's law at that
+    position in the last verify pass (a softmax) instead of the one-hot on the token it chose (that law's argmax).
+    Lossy wherever that law is not one-hot: the verifier accepts with min(1, p/q) > p and resamples max(p − q, 0).
+    Tokens from the pool, prompt lookup or padding keep their one-hot rows."""
+
+    name = "jacobi-soft-q"
+
+    def reset(self, prompt, capacity):
+        super().reset(prompt, capacity)
+        self.soft: list[torch.Tensor] = []
+
+    def accept(self, draft, n):
+        super().accept(draft, n)
+        if draft.state.get("seen") is not None:
+            self.soft = list(torch.softmax(draft.state["seen"][n + 1:].to(PROB_DTYPE), -1))
+
+    def propose(self, context, k, params, generator, confidence=None):
+        d = super().propose(context, k, params, generator)
+        if d.q is None:
+            return d
+        fresh = len(context) == self.at
+        rows = [self.soft[i] if fresh and i < len(self.soft) else d.q[i] for i in range(len(d.tokens))]
+        return replace(d, q=torch.stack(rows) if rows else torch.zeros(0, self.vocab_size, dtype=PROB_DTYPE))
+
+
 class SuffixFrequencyQ(SuffixDrafter):
     """MUTANT drafter: a suffix drafter that reports as each token's q the empirical law of the trie node it
     continues (that node's children's counts, normalized) instead of the one-hot on the token it chose.
@@ -367,7 +396,7 @@ class SuffixFrequencyQ(SuffixDrafter):
 
 
 __all__ = list(RULES) + ["RULES", "HARMLESS", "CONTROLS", "LOSSY", "RawLogitsQ", "PeekingStop", "PeekingChooser",
-                         "SuffixFrequencyQ", "speculative_sample", "batch_smallest_commit", "NeighbourLogitsEngine",
+                         "SuffixFrequencyQ", "JacobiSoftQ", "FullPrecisionHeadQ", "speculative_sample", "batch_smallest_commit", "NeighbourLogitsEngine",
                          "MisalignedCutEngine"]
 
 
