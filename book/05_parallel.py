@@ -265,10 +265,11 @@ if 2 in cost_ks and k_max >= claim_k:
 # ([notation](notation.md)).
 #
 # Beside them runs a fifth pattern of parallel decoding that needs no draft model at all: Jacobi refinement
-# (`pair.drafters["jacobi"]`). Its guess for the next K tokens is what the target itself said about them in the
-# last verify pass, from a prefix that was partly wrong, plus a pool of the target's recent outputs after each
-# token, as lookahead decoding keeps. On Spec-Bench, lookahead decoding reached 1.08× (RTX 3090) to 1.27× (A100)
-# with Vicuna-7B (its leaderboard, github.com/hemingkx/Spec-Bench, greedy, batch 1).
+# (`pair.drafters["jacobi"]`). Its guess for the next K tokens is what the target said about them in the last
+# verify pass. That pass saw a partly wrong prefix, so the guess is refined step by step. A pool of the target's
+# recent outputs after each token, as lookahead decoding keeps, fills the gaps. On Spec-Bench, lookahead decoding
+# reached 1.08× (RTX 3090) to 1.27× (A100) with Vicuna-7B (its leaderboard, github.com/hemingkx/Spec-Bench, greedy,
+# batch 1).
 
 # %% tags=["hide-input"]
 settings = {"autoregressive": (None, {})}  # runner -> (its drafter, generate() arguments)
