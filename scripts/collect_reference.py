@@ -31,6 +31,7 @@ KEEP = [
     "02_exactness/audit_toy.csv", "02_exactness/audit_real.csv", "02_exactness/audit_calibration.csv",
     "02_exactness/audit_toy.png", "02_exactness/hybrid_vs_ngram_samples.csv",
     "03_linear/alpha_by_task.csv", "03_linear/pass_costs.csv", "03_linear/speedup_vs_k.csv",
+    "03_linear/draft_pass_parts.csv",
     "04_tree/speed_ratios.csv", "04_tree/accept_vs_shape.csv", "04_tree/predicted_throughput.csv",
     "05_parallel/draft_cost.csv", "05_parallel/speed.csv", "05_parallel/parallel_vs_linear_by_task.csv",
     "05_parallel/acceptance_by_position.csv", "05_parallel/k_choice.csv",

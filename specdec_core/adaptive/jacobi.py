@@ -32,7 +32,7 @@ class JacobiDrafter(Drafter):
 
     Deterministic: q is one-hot on each token proposed, and the verifier stays lossless. The proposal depends only on
     the context and on earlier steps' verify passes, never on this step's. Where the caller shows no verify pass
-    (the serving engine), it proposes by prompt lookup alone.
+    (the serving engine), nothing is learned: it proposes by prompt lookup, then the repeated last token.
     """
 
     name = "jacobi"
