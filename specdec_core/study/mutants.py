@@ -333,10 +333,10 @@ class PeekingChooser(PeekingStop):
 
 
 class JacobiSoftQ(JacobiDrafter):
-    """MUTANT drafter: a Jacobi drafter that reports, for each token of its iterate, the target's law at that
-    position in the last verify pass (a softmax) instead of the one-hot on the token it chose (that law's argmax).
-    Lossy wherever that law is not one-hot: the verifier accepts with min(1, p/q) > p and resamples max(p − q, 0).
-    Tokens from the pool, prompt lookup or padding keep their one-hot rows."""
+    """MUTANT drafter: a Jacobi drafter that reports, at each position its last verify pass reached beyond the
+    first rejection, that pass's law there (a softmax) instead of the one-hot on the token it proposes, whether that
+    token came from the iterate or the pool. Lossy wherever that law is not one-hot on the token: the verifier
+    accepts with min(1, p/q) ≠ p and resamples max(p − q, 0). Positions past the last pass keep one-hot rows."""
 
     name = "jacobi-soft-q"
 
